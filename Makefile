@@ -1,0 +1,31 @@
+# The README's commands. Each target does its own set-up on a fresh machine.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+KAFKA_VERSION ?= 4.4.0
+
+.PHONY: setup test lint demo dashboards alerts bench clean
+
+setup:
+	bash .ci/setup.sh
+
+test: setup
+	bash .ci/test.sh
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+demo: setup
+	$(PY) -m exporter.demo
+
+dashboards: setup
+	$(PY) -m dashboards.generate
+
+alerts: setup
+	$(PY) -m alerts.generate
+
+bench: setup
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

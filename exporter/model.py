@@ -1,0 +1,291 @@
+"""The snapshot of one collection cycle, and what the pipeline makes of it.
+
+Plain, frozen dataclasses: the collection package (``exporter.kafka``) fills a
+:class:`ClusterSnapshot`; the pipeline (``exporter.pipeline``) turns it into a
+:class:`CycleResult`; the Prometheus collector (``exporter.metrics``) only renders
+results. Nothing here talks to Kafka or Spark.
+
+Times are epoch milliseconds (``*_ms``) as Kafka reports them; ``-1`` means
+"unknown" exactly as on the wire, so rows can be compared with Kafka's own tools.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+#: TransactionTimeoutMs of a KIP-939 two-phase-commit transaction (Int.MaxValue).
+TWO_PHASE_COMMIT_TIMEOUT_MS = 2_147_483_647
+#: Kafka's LATE_TRANSACTION_BUFFER_MS (ReplicaManager): late = max timeout + 5 minutes.
+KAFKA_LATE_TRANSACTION_BUFFER_MS = 5 * 60 * 1000
+#: The broker default of transaction.max.timeout.ms (15 minutes).
+DEFAULT_TRANSACTION_MAX_TIMEOUT_MS = 900_000
+
+#: Coordinator states in which a transaction is open (DescribeTransactions / ListTransactions).
+OPEN_COORDINATOR_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
+#: Every coordinator state Kafka reports, for zero-filled state gauges.
+COORDINATOR_STATES = (
+    "Empty",
+    "Ongoing",
+    "PrepareCommit",
+    "PrepareAbort",
+    "CompleteCommit",
+    "CompleteAbort",
+    "Dead",
+    "PrepareEpochFence",
+)
+
+
+class StartTimeSource(enum.StrEnum):
+    """Where the start time of an open partition-level transaction came from."""
+
+    COORDINATOR = "coordinator"  # DescribeTransactions TransactionStartTimeMs
+    BATCH_TIMESTAMP = "batch_timestamp"  # timestamp of the batch at CurrentTxnStartOffset
+    LAST_TIMESTAMP = "last_timestamp"  # DescribeProducers LastTimestamp (Kafka's own proxy)
+
+
+class TxnClass(enum.StrEnum):
+    """Classification of an open partition-level transaction."""
+
+    ONGOING = "ongoing"  # the coordinator owns it and it is within its timeout
+    LATE = "late"  # older than transaction.max.timeout.ms + padding, coordinator still owns it
+    HANGING = "hanging"  # no coordinator owns it (KIP-664), confirmed
+    #: Looks hanging in this cycle only. A transaction that completes between the cycle's
+    #: DescribeProducers and DescribeTransactions looks exactly like this, so a candidate is
+    #: confirmed only when the same (topic, partition, producer id, start offset) is seen
+    #: hanging in ``hanging_confirm_cycles`` consecutive cycles.
+    SUSPECTED_HANGING = "suspected_hanging"
+    TWO_PHASE_COMMIT = "two_phase_commit"  # KIP-939 2PC transaction: long-running by design
+    UNKNOWN = "unknown"  # the coordinator side could not be read this cycle
+
+
+class HangingReason(enum.StrEnum):
+    """Why an open partition-level transaction is judged hanging (KIP-664 workflow)."""
+
+    NO_TRANSACTIONAL_ID = "no_transactional_id"  # no coordinator lists the producer id
+    TRANSACTIONAL_ID_NOT_FOUND = "transactional_id_not_found"  # DescribeTransactions: not found
+    PRODUCER_ID_CHANGED = "producer_id_changed"  # the id now maps to another producer id
+    COORDINATOR_NOT_OPEN = "coordinator_not_open"  # coordinator is Empty/Complete*/Dead
+    PARTITION_NOT_IN_TRANSACTION = "partition_not_in_transaction"  # open, without this partition
+
+
+@dataclass(frozen=True, slots=True)
+class Broker:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Transaction-related broker settings (DescribeConfigs) and features."""
+
+    broker_id: int
+    transaction_max_timeout_ms: int = DEFAULT_TRANSACTION_MAX_TIMEOUT_MS
+    verification_enabled: bool = True  # transaction.partition.verification.enable
+    two_phase_commit_enabled: bool = False  # transaction.two.phase.commit.enable
+    transaction_version: int = -1  # finalized transaction.version feature level, -1 unknown
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    """One partition, its leader and its offsets (ListOffsets)."""
+
+    topic: str
+    partition: int
+    leader: int  # broker id, -1 when leaderless
+    high_watermark: int = -1  # READ_UNCOMMITTED latest, -1 when unknown
+    last_stable_offset: int = -1  # READ_COMMITTED latest, -1 when unknown
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerState:
+    """One active producer on one partition (DescribeProducers)."""
+
+    topic: str
+    partition: int
+    broker_id: int  # the broker that answered (the leader)
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp_ms: int
+    coordinator_epoch: int
+    current_txn_start_offset: int  # -1: no open transaction
+
+
+@dataclass(frozen=True, slots=True)
+class ListedTransaction:
+    """One row of ListTransactions from one coordinator."""
+
+    coordinator_id: int
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """One DescribeTransactions result from the transactional id's coordinator."""
+
+    coordinator_id: int
+    transactional_id: str
+    error: str | None  # Kafka error name, e.g. TRANSACTIONAL_ID_NOT_FOUND; None when ok
+    state: str = ""
+    timeout_ms: int = -1
+    start_time_ms: int = -1
+    producer_id: int = -1
+    producer_epoch: int = -1
+    partitions: tuple[TopicPartition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BatchTimestamp:
+    """The timestamp of the record batch at an open transaction's start offset."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionError:
+    """A part of the cycle that was lost. Counted, exported, never fatal."""
+
+    api: str  # e.g. DescribeProducers, ListOffsets, Metadata
+    error: str  # Kafka error name (NOT_LEADER_OR_FOLLOWER, ...) or a client-side kind (TIMEOUT)
+    broker_id: int = -1
+    topic: str = ""
+    partition: int = -1
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """Everything one cycle read from one cluster. Immutable once built."""
+
+    cluster: str
+    taken_at_ms: int
+    brokers: tuple[Broker, ...] = ()
+    broker_configs: tuple[BrokerConfig, ...] = ()
+    partitions: tuple[PartitionOffsets, ...] = ()
+    producers: tuple[ProducerState, ...] = ()
+    listed_transactions: tuple[ListedTransaction, ...] = ()
+    transactions: tuple[TransactionDescription, ...] = ()
+    batch_timestamps: tuple[BatchTimestamp, ...] = ()
+    errors: tuple[CollectionError, ...] = ()
+    #: Brokers whose transaction listing (ListTransactions) succeeded; a producer id not
+    #: found is only "unknown to every coordinator" when all brokers answered.
+    coordinators_listed: frozenset[int] = frozenset()
+    stage_seconds: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def complete(self) -> bool:
+        return not self.errors
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineSettings:
+    """Knobs of the classification, from the config tree."""
+
+    late_padding_ms: int = KAFKA_LATE_TRANSACTION_BUFFER_MS
+    #: Which partitions get a LastStableOffsetLag series: "nonzero", "open" or "all".
+    lso_lag_series: str = "nonzero"
+    max_findings: int = 500
+    #: Consecutive cycles a hanging candidate must be seen before it is HANGING (1: at once).
+    hanging_confirm_cycles: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One open partition-level transaction and how it is classified."""
+
+    topic: str
+    partition: int
+    broker_id: int
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    start_offset: int
+    last_timestamp_ms: int
+    start_time_ms: int
+    start_time_source: StartTimeSource
+    duration_ms: int  # now - start_time_ms
+    txn_class: TxnClass
+    late: bool
+    hanging_reason: HangingReason | None = None
+    transactional_id: str | None = None
+    coordinator_id: int = -1
+    coordinator_state: str | None = None
+    transaction_timeout_ms: int = -1
+
+    @property
+    def hanging(self) -> bool:
+        return self.txn_class is TxnClass.HANGING
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMetrics:
+    topic: str
+    partition: int
+    leader: int
+    lso_lag: int | None  # None when offsets were not read
+    max_active_transaction_duration_ms: int | None  # None when no open transaction
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerMetrics:
+    broker_id: int
+    partitions_with_late_transactions: int
+    hanging_transactions: int
+    max_last_stable_offset_lag: int
+    verification_enabled: bool
+    transaction_max_timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorMetrics:
+    coordinator_id: int
+    #: ActiveTransactionOpenTimeMaxMs: now - TransactionStartTimeMs of the oldest open txn.
+    active_transaction_open_time_max_ms: int
+    #: The same, over KIP-939 two-phase-commit transactions only (0 when none is open).
+    two_phase_commit_open_time_max_ms: int = 0
+    transactions_by_state: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorTimeoutAbort:
+    """KIP-588: a transaction seen Ongoing past its timeout, now aborted with a higher epoch."""
+
+    transactional_id: str
+    coordinator_id: int
+    producer_id: int
+    old_epoch: int
+    new_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    """What the pipeline computes from one snapshot."""
+
+    cluster: str
+    computed_at_ms: int
+    partitions: tuple[PartitionMetrics, ...] = ()
+    brokers: tuple[BrokerMetrics, ...] = ()
+    coordinators: tuple[CoordinatorMetrics, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    open_transactions_by_class: tuple[tuple[TxnClass, int], ...] = ()
+    timeout_aborts: tuple[CoordinatorTimeoutAbort, ...] = ()
+    #: Ongoing coordinator transactions past their timeout, kept for the next cycle's
+    #: KIP-588 detection: (transactional_id, producer_id, epoch).
+    overdue_ongoing: tuple[tuple[str, int, int], ...] = field(default=())
+    #: Hanging candidates with how many consecutive cycles each was seen, for confirmation:
+    #: ((topic, partition, producer_id, start_offset), cycles).
+    hanging_candidates: tuple[tuple[tuple[str, int, int, int], int], ...] = field(default=())
