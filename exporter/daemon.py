@@ -18,7 +18,12 @@ from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    disable_created_metrics,
+    generate_latest,
+)
 
 from exporter.config import ClusterConfig, Config, SparkConfig
 from exporter.kafka.admin import ClusterAdmin
@@ -34,10 +39,13 @@ log = logging.getLogger(__name__)
 class PipelineRunner:
     """The Spark session, started once and kept warm, and the one pipeline entry point."""
 
-    def __init__(self, spark_config: SparkConfig, settings: PipelineSettings) -> None:
+    def __init__(self, spark_config: SparkConfig, settings: PipelineSettings, *,
+                 session: Any = None) -> None:
+        """``session``: an existing SparkSession to use and leave running (tests, the CLI)."""
         self._spark_config = spark_config
         self.settings = settings
-        self._spark: Any = None
+        self._spark: Any = session
+        self._owns_session = session is None
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -60,7 +68,7 @@ class PipelineRunner:
 
     def stop(self) -> None:
         with self._lock:
-            if self._spark is not None:
+            if self._spark is not None and self._owns_session:
                 from exporter.pipeline.session import stop as stop_spark
 
                 stop_spark(self._spark)
@@ -183,14 +191,17 @@ class _Handler(BaseHTTPRequestHandler):
 class Daemon:
     """Scheduler, jobs, Spark session and HTTP server of one exporter process."""
 
-    def __init__(self, config: Config, *, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, config: Config, *, registry: CollectorRegistry | None = None,
+                 pipeline: PipelineRunner | None = None) -> None:
         self.config = config
+        # Counters' *_created series double the series count and no dashboard reads them.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry or CollectorRegistry()
         names = [c.name for c in config.clusters]
         self.store = StateStore(names)
         self.metrics = ExporterMetrics(self.registry, names)
         self.registry.register(TransactionHealthCollector(self.store, config.pipeline))
-        self.pipeline = PipelineRunner(config.spark, config.pipeline)
+        self.pipeline = pipeline or PipelineRunner(config.spark, config.pipeline)
         self.jobs = [ClusterJob.build(c, self.pipeline, self.store, self.metrics)
                      for c in config.clusters]
         self._scheduler: Any = None

@@ -1,0 +1,369 @@
+"""Shared building blocks for the dashboards: variables, panel specs, layout.
+
+Every panel is described by a :class:`PanelSpec`, which cannot be built without a unit, a
+statement of what the panel shows and what to do when it turns red. The grafanalib objects are
+made from the specs in one place, so all dashboards share ids, grid layout and data source
+wiring, and the output stays byte-for-byte stable between runs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from grafanalib.core import (
+    Dashboard,
+    GridPos,
+    RowPanel,
+    Stat,
+    Table,
+    Target,
+    Template,
+    Templating,
+    Time,
+    TimeSeries,
+)
+
+from alerts.rules import RUNBOOK_BASE_URL  # the one base URL, shared with the alert rules
+
+#: Grafana dashboard JSON schema the output is written for (Grafana 9/10 panels).
+SCHEMA_VERSION = 37
+DASHBOARD_TAGS = ["kafka", "kafka-transactions", "kafka-txn-exporter"]
+CLI = "kafka-txn-exporter"
+
+OVERVIEW_UID = "kte-overview"
+PARTITION_UID = "kte-partition"
+EXPORTER_UID = "kte-exporter"
+
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+
+#: Label matchers every query puts on its selectors (cluster is multi-valued, so regex).
+CLUSTER = 'cluster=~"$cluster"'
+TOPIC = 'topic=~"$topic"'
+PARTITION = 'partition=~"$partition"'
+
+GRID_WIDTH = 24
+ROW_HEIGHT = 1
+
+PanelKind = Literal["timeseries", "stat", "table"]
+#: Threshold steps: (color, value from which it applies); the first value is always None.
+Steps = tuple[tuple[str, float | None], ...]
+
+GREEN_THEN_RED_AT_1: Steps = (("green", None), ("red", 1.0))
+RED_BELOW_1: Steps = (("red", None), ("green", 1.0))
+NEUTRAL: Steps = (("green", None),)
+
+
+@dataclass(frozen=True)
+class Query:
+    """One PromQL query of a panel."""
+
+    expr: str
+    legend: str = ""
+    instant: bool = False
+    table: bool = False
+
+
+@dataclass(frozen=True)
+class PanelSpec:
+    """What a panel shows; turned into a grafanalib panel by :func:`build_panel`.
+
+    ``shows`` says what the panel shows, ``when_red`` what to do when it turns red (and names
+    the runbook or the CLI command). Both end up in the panel description.
+    """
+
+    kind: PanelKind
+    title: str
+    shows: str
+    when_red: str
+    unit: str
+    queries: tuple[Query, ...]
+    width: int = 8
+    height: int = 8
+    steps: Steps = NEUTRAL
+    stacked: bool = False
+    value_text: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    hidden_columns: tuple[str, ...] = ()
+    column_order: tuple[str, ...] = ()
+    partition_link_columns: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.unit:
+            problems.append("unit is empty")
+        if not self.shows.strip() or not self.when_red.strip():
+            problems.append("shows and when_red must both be given")
+        if not self.queries:
+            problems.append("no query")
+        if not 1 <= self.width <= GRID_WIDTH:
+            problems.append(f"width {self.width} outside 1..{GRID_WIDTH}")
+        if problems:
+            raise ValueError(f"panel {self.title!r}: " + "; ".join(problems))
+
+    @property
+    def description(self) -> str:
+        return f"{self.shows}\n\nWhen it turns red: {self.when_red}"
+
+
+@dataclass(frozen=True)
+class Section:
+    """A titled row of panels."""
+
+    title: str
+    panels: tuple[PanelSpec, ...]
+
+
+def runbook(alert: str) -> str:
+    """The runbook URL of an alert (the same base URL the alert rules use)."""
+    return f"{RUNBOOK_BASE_URL}{alert}.md"
+
+
+# ---------------------------------------------------------------- variables
+
+
+def datasource_variable() -> Template:
+    return Template(
+        name="datasource",
+        label="Data source",
+        query="prometheus",
+        type="datasource",
+        default="Prometheus",
+        hide=0,
+    )
+
+
+def query_variable(name: str, label: str, query: str) -> Template:
+    """A multi-valued variable whose "All" value is the regex ``.*``."""
+    return Template(
+        name=name,
+        label=label,
+        query=query,
+        dataSource=DATASOURCE,
+        includeAll=True,
+        multi=True,
+        allValue=".*",
+        default="$__all",
+        refresh=2,
+        sort=3,  # numerical ascending: partitions sort as numbers
+    )
+
+
+def cluster_variable() -> Template:
+    return query_variable("cluster", "Cluster", "label_values(kafka_txn_exporter_up, cluster)")
+
+
+def topic_variable() -> Template:
+    return query_variable(
+        "topic",
+        "Topic",
+        f"label_values(kafka_txn_partition_last_stable_offset_lag{{{CLUSTER}}}, topic)",
+    )
+
+
+def partition_variable() -> Template:
+    return query_variable(
+        "partition",
+        "Partition",
+        f"label_values(kafka_txn_partition_last_stable_offset_lag{{{CLUSTER},{TOPIC}}}, partition)",
+    )
+
+
+_VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)")
+
+
+def substitute_variables(
+    expr: str,
+    values: Mapping[str, str] | None = None,
+    *,
+    rate_interval: str = "1m",
+) -> str:
+    """Turn a dashboard expression into plain PromQL that Prometheus accepts.
+
+    Every template variable becomes its value in ``values`` or else the regex-all ``.*`` (the
+    dashboards' "All" value; every variable is used with ``=~``). Grafana's interval variables
+    (``$__rate_interval``, ``$__interval``, ``$__range``) become ``rate_interval``.
+    """
+    chosen = dict(values or {})
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        if name in ("__rate_interval", "__interval", "__range"):
+            return rate_interval
+        return chosen.get(name, ".*")
+
+    return _VARIABLE.sub(replace, expr)
+
+
+# ------------------------------------------------------------------ panels
+
+
+def _targets(queries: Sequence[Query]) -> list[Target]:
+    return [
+        Target(
+            expr=q.expr,
+            legendFormat=q.legend,
+            refId=chr(ord("A") + i),
+            instant=q.instant or q.table,
+            format="table" if q.table else "time_series",
+            intervalFactor=1,
+            datasource=DATASOURCE,
+        )
+        for i, q in enumerate(queries)
+    ]
+
+
+def _steps(steps: Steps) -> list[dict[str, Any]]:
+    return [{"color": color, "value": value} for color, value in steps]
+
+
+def _value_mappings(value_text: Mapping[str, tuple[str, str]]) -> list[dict[str, Any]]:
+    if not value_text:
+        return []
+    options = {
+        value: {"color": color, "index": i, "text": text}
+        for i, (value, (text, color)) in enumerate(sorted(value_text.items()))
+    }
+    return [{"options": options, "type": "value"}]
+
+
+def _partition_links(columns: Sequence[str]) -> list[dict[str, Any]]:
+    url = (
+        f"/d/{PARTITION_UID}?${{__url_time_range}}&var-datasource=${{datasource}}"
+        "&var-cluster=${__data.fields.cluster}&var-topic=${__data.fields.topic}"
+        "&var-partition=${__data.fields.partition}"
+    )
+    return [
+        {
+            "matcher": {"id": "byName", "options": column},
+            "properties": [
+                {
+                    "id": "links",
+                    "value": [{"title": "Open the partition drill-down", "url": url}],
+                }
+            ],
+        }
+        for column in columns
+    ]
+
+
+def _table_transformations(spec: PanelSpec) -> list[dict[str, Any]]:
+    hidden = {name: True for name in ("Time", "Value", "__name__", *spec.hidden_columns)}
+    order = {name: i for i, name in enumerate(spec.column_order)}
+    return [
+        {
+            "id": "organize",
+            "options": {"excludeByName": hidden, "indexByName": order, "renameByName": {}},
+        }
+    ]
+
+
+def build_panel(spec: PanelSpec, x: int, y: int) -> TimeSeries | Stat | Table:
+    common: dict[str, Any] = {
+        "title": spec.title,
+        "description": spec.description,
+        "dataSource": DATASOURCE,
+        "targets": _targets(spec.queries),
+        "gridPos": GridPos(h=spec.height, w=spec.width, x=x, y=y),
+    }
+    if spec.kind == "timeseries":
+        return TimeSeries(
+            **common,
+            unit=spec.unit,
+            thresholds=_steps(spec.steps),
+            thresholdsStyleMode="line" if len(spec.steps) > 1 else "off",
+            stacking={"group": "A", "mode": "normal"} if spec.stacked else {},
+            fillOpacity=20 if spec.stacked else 0,
+            legendDisplayMode="table",
+            legendPlacement="bottom",
+            legendCalcs=["lastNotNull", "max"],
+            tooltipMode="multi",
+            tooltipSort="desc",
+            mappings=_value_mappings(spec.value_text),
+            valueMin=0,
+        )
+    if spec.kind == "stat":
+        return Stat(
+            **common,
+            format=spec.unit,
+            thresholds=_steps(spec.steps),
+            reduceCalc="lastNotNull",
+            colorMode="background",
+            graphMode="none",
+            textMode="value_and_name" if any(q.legend for q in spec.queries) else "value",
+            mappings=_value_mappings(spec.value_text),
+            noValue="no data",
+        )
+    return Table(
+        **common,
+        unit=spec.unit,
+        thresholds=_steps(spec.steps),
+        filterable=True,
+        transformations=_table_transformations(spec),
+        overrides=_partition_links(spec.partition_link_columns),
+    )
+
+
+def layout(sections: Sequence[Section]) -> list[Any]:
+    """Place the sections top to bottom, each panel left to right, wrapping at 24 columns."""
+    panels: list[Any] = []
+    y = 0
+    for section in sections:
+        panels.append(
+            RowPanel(title=section.title, gridPos=GridPos(h=ROW_HEIGHT, w=GRID_WIDTH, x=0, y=y))
+        )
+        y += ROW_HEIGHT
+        x = 0
+        line_height = 0
+        for spec in section.panels:
+            if x + spec.width > GRID_WIDTH:
+                y += line_height
+                x, line_height = 0, 0
+            panels.append(build_panel(spec, x, y))
+            x += spec.width
+            line_height = max(line_height, spec.height)
+        y += line_height
+    return panels
+
+
+def dashboard(
+    *,
+    uid: str,
+    title: str,
+    description: str,
+    variables: Sequence[Template],
+    sections: Sequence[Section],
+) -> Dashboard:
+    """A dashboard with stable panel ids (1..n in layout order)."""
+    board = Dashboard(
+        title=title,
+        uid=uid,
+        description=description,
+        tags=list(DASHBOARD_TAGS),
+        timezone="browser",
+        refresh="30s",
+        time=Time("now-6h", "now"),
+        schemaVersion=SCHEMA_VERSION,
+        graphTooltip=1,
+        editable=False,
+        templating=Templating(list=list(variables)),
+        panels=layout(sections),
+        links=[
+            {
+                "asDropdown": True,
+                "includeVars": True,
+                "keepTime": True,
+                "tags": ["kafka-txn-exporter"],
+                "title": "kafka-txn-exporter",
+                "type": "dashboards",
+            },
+            {
+                "title": "Runbooks",
+                "type": "link",
+                "url": RUNBOOK_BASE_URL + "README.md",
+                "targetBlank": True,
+            },
+        ],
+    )
+    return board.auto_panel_ids()

@@ -1,0 +1,157 @@
+"""Render the dashboards to JSON; ``--check`` verifies the committed files are current.
+
+    python -m dashboards.generate           # write dashboards/generated/ and the Helm copy
+    python -m dashboards.generate --check   # exit 1 naming every file that differs
+
+The same bytes go to ``dashboards/generated/`` and to the Helm chart's
+``files/dashboards/``. Output is deterministic: sorted keys, panel ids in layout order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from grafanalib._gen import DashboardEncoder
+from grafanalib.core import Dashboard
+
+from dashboards import exporter, overview, partition
+from dashboards.common import substitute_variables
+
+REPO = Path(__file__).resolve().parent.parent
+OUTPUT_DIRS = (
+    REPO / "dashboards" / "generated",
+    REPO / "deploy" / "helm" / "kafka-txn-exporter" / "files" / "dashboards",
+)
+
+#: Output file name -> builder.
+DASHBOARDS: Mapping[str, Callable[[], Dashboard]] = {
+    "kafka-txn-overview.json": overview.build,
+    "kafka-txn-partition.json": partition.build,
+    "kafka-txn-exporter.json": exporter.build,
+}
+
+
+def render(board: Dashboard) -> str:
+    """The dashboard as JSON text, keys sorted, ending in a newline."""
+    return json.dumps(board.to_json_data(), sort_keys=True, indent=2, cls=DashboardEncoder) + "\n"
+
+
+def rendered() -> dict[str, str]:
+    """File name -> JSON text of every dashboard."""
+    return {name: render(build()) for name, build in DASHBOARDS.items()}
+
+
+def dashboard_models() -> dict[str, dict[str, Any]]:
+    """File name -> the dashboard as plain JSON data (what Grafana will load)."""
+    loaded: dict[str, dict[str, Any]] = {}
+    for name, text in rendered().items():
+        loaded[name] = json.loads(text)
+    return loaded
+
+
+def iter_panels(model: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every panel of a dashboard model, rows included, nested panels flattened."""
+    for panel in model.get("panels", []):
+        yield panel
+        yield from panel.get("panels", [])
+
+
+def panel_expressions() -> list[tuple[str, str, str]]:
+    """(dashboard file, panel title, expression) for every query of every panel."""
+    found = []
+    for name, model in dashboard_models().items():
+        for panel in iter_panels(model):
+            for target in panel.get("targets", []):
+                if target.get("expr"):
+                    found.append((name, str(panel["title"]), str(target["expr"])))
+    return found
+
+
+def all_expressions() -> list[str]:
+    """Every distinct PromQL expression the dashboards use, sorted.
+
+    They still contain Grafana variables; :func:`prometheus_expressions` substitutes them.
+    """
+    return sorted({expr for _, _, expr in panel_expressions()})
+
+
+def prometheus_expressions(
+    values: Mapping[str, str] | None = None, *, rate_interval: str = "1m"
+) -> list[str]:
+    """:func:`all_expressions` with every variable replaced (by default with ``.*``)."""
+    return [
+        substitute_variables(expr, values, rate_interval=rate_interval)
+        for expr in all_expressions()
+    ]
+
+
+def variable_queries() -> dict[str, dict[str, str]]:
+    """Dashboard file -> variable name -> its query (``label_values(...)`` or plugin type)."""
+    return {
+        name: {var["name"]: str(var["query"]) for var in model["templating"]["list"]}
+        for name, model in dashboard_models().items()
+    }
+
+
+def differences(expected: Mapping[str, str], directories: Sequence[Path]) -> list[str]:
+    """Paths whose content is not the expected text, plus stray JSON files."""
+    problems = []
+    for directory in directories:
+        for name, text in sorted(expected.items()):
+            path = directory / name
+            if not path.is_file():
+                problems.append(f"{path}: missing")
+            elif path.read_text(encoding="utf-8") != text:
+                problems.append(f"{path}: differs from the generator output")
+        if directory.is_dir():
+            for path in sorted(directory.glob("*.json")):
+                if path.name not in expected:
+                    problems.append(f"{path}: not produced by the generator (remove it)")
+    return problems
+
+
+def write(expected: Mapping[str, str], directories: Sequence[Path]) -> list[Path]:
+    written = []
+    for directory in directories:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, text in sorted(expected.items()):
+            path = directory / name
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dashboards.generate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true",
+                        help="do not write; exit 1 if a generated file is missing or differs")
+    parser.add_argument("--list-expressions", action="store_true",
+                        help="print every PromQL expression the dashboards use and exit")
+    args = parser.parse_args(argv)
+
+    if args.list_expressions:
+        for expr in all_expressions():
+            print(expr)
+        return 0
+    expected = rendered()
+    if args.check:
+        problems = differences(expected, OUTPUT_DIRS)
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        if problems:
+            print("run: python -m dashboards.generate", file=sys.stderr)
+            return 1
+        return 0
+    for path in write(expected, OUTPUT_DIRS):
+        print(f"wrote {path.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,432 @@
+"""Cluster overview: is any transaction stuck, where, and can we trust the numbers."""
+
+from __future__ import annotations
+
+from grafanalib.core import Dashboard
+
+from dashboards.common import (
+    CLI,
+    CLUSTER,
+    GREEN_THEN_RED_AT_1,
+    OVERVIEW_UID,
+    RED_BELOW_1,
+    TOPIC,
+    PanelSpec,
+    Query,
+    Section,
+    cluster_variable,
+    dashboard,
+    datasource_variable,
+    runbook,
+    topic_variable,
+)
+
+FINDING_COLUMNS = (
+    "cluster",
+    "broker",
+    "topic",
+    "partition",
+    "transactional_id",
+    "producer_id",
+    "producer_epoch",
+    "start_offset",
+)
+
+
+def _summary() -> Section:
+    return Section(
+        "Summary",
+        (
+            PanelSpec(
+                kind="stat",
+                title="Hanging transactions",
+                shows="Confirmed hanging transactions in the selected clusters: open on a "
+                "partition while no coordinator will ever complete them. read_committed "
+                "consumers of those partitions are stuck.",
+                when_red=f"Follow {runbook('KafkaTransactionHanging')}; list them with "
+                f"`{CLI} find-hanging` and abort with `{CLI} abort`.",
+                unit="none",
+                queries=(
+                    Query(
+                        "sum(max by (cluster, broker) "
+                        f"(kafka_txn_hanging_transactions{{{CLUSTER}}}))",
+                        instant=True,
+                    ),
+                ),
+                width=4,
+                height=5,
+                steps=GREEN_THEN_RED_AT_1,
+            ),
+            PanelSpec(
+                kind="stat",
+                title="Partitions with late transactions",
+                shows="Partitions whose oldest open transaction is older than "
+                "transaction.max.timeout.ms + 5 minutes (Kafka's "
+                "PartitionsWithLateTransactionsCount, summed over brokers).",
+                when_red=f"Follow {runbook('KafkaTransactionsLate')}; check each partition "
+                f"with `{CLI} describe-producers --topic T --partition P`.",
+                unit="none",
+                queries=(
+                    Query(
+                        "sum(max by (cluster, broker) "
+                        f"(kafka_txn_partitions_with_late_transactions{{{CLUSTER}}}))",
+                        instant=True,
+                    ),
+                ),
+                width=4,
+                height=5,
+                steps=GREEN_THEN_RED_AT_1,
+            ),
+            PanelSpec(
+                kind="stat",
+                title="Max LSO lag",
+                shows="Largest LastStableOffsetLag (high watermark - last stable offset) "
+                "over all brokers: how far read_committed consumers are held back.",
+                when_red="Red above 100000 offsets. Find the partition in the partition "
+                f"drill-down and follow {runbook('KafkaLastStableOffsetLagGrowing')}.",
+                unit="short",
+                queries=(
+                    Query(f"max(kafka_txn_max_last_stable_offset_lag{{{CLUSTER}}})", instant=True),
+                ),
+                width=4,
+                height=5,
+                steps=(("green", None), ("orange", 10000.0), ("red", 100000.0)),
+            ),
+            PanelSpec(
+                kind="stat",
+                title="Verification disabled brokers",
+                shows="Brokers with transaction.partition.verification.enable=false (KIP-890): "
+                "they accept transactional writes the coordinator never registered, which is "
+                "how hanging transactions are made.",
+                when_red=f"Follow {runbook('KafkaTransactionVerificationDisabled')} and "
+                "re-enable the setting with kafka-configs.sh.",
+                unit="none",
+                queries=(
+                    Query(
+                        "sum(1 - max by (cluster, broker) "
+                        f"(kafka_txn_broker_transaction_verification_enabled{{{CLUSTER}}}))",
+                        instant=True,
+                    ),
+                ),
+                width=4,
+                height=5,
+                steps=GREEN_THEN_RED_AT_1,
+            ),
+            PanelSpec(
+                kind="stat",
+                title="Exporter up",
+                shows="Whether the last collection cycle of the exporter succeeded completely, "
+                "per cluster (1 = up). When it is down the other panels may be stale or "
+                "partial.",
+                when_red=f"Follow {runbook('KafkaTxnExporterDown')}; open the exporter "
+                "dashboard for the failing stage and request errors.",
+                unit="none",
+                queries=(
+                    Query(
+                        f"min by (cluster) (kafka_txn_exporter_up{{{CLUSTER}}})",
+                        legend="{{cluster}}",
+                        instant=True,
+                    ),
+                ),
+                width=4,
+                height=5,
+                steps=RED_BELOW_1,
+                value_text={"0": ("DOWN", "red"), "1": ("UP", "green")},
+            ),
+            PanelSpec(
+                kind="stat",
+                title="Snapshot age",
+                shows="Age of the data the exporter serves, per cluster. It normally stays "
+                "below the collection interval plus one cycle.",
+                when_red=f"Red above 5 minutes: follow {runbook('KafkaTxnExporterDataStale')}.",
+                unit="s",
+                queries=(
+                    Query(
+                        f"max by (cluster) (kafka_txn_exporter_snapshot_age_seconds{{{CLUSTER}}})",
+                        legend="{{cluster}}",
+                        instant=True,
+                    ),
+                ),
+                width=4,
+                height=5,
+                steps=(("green", None), ("orange", 120.0), ("red", 300.0)),
+            ),
+        ),
+    )
+
+
+def _brokers() -> Section:
+    return Section(
+        "Partition leaders (per broker)",
+        (
+            PanelSpec(
+                kind="timeseries",
+                title="Hanging transactions per broker",
+                shows="Confirmed hanging transactions on the partitions each broker leads.",
+                when_red=f"Any value above 0: follow {runbook('KafkaTransactionHanging')}; "
+                f"`{CLI} find-hanging --broker-id B` lists them.",
+                unit="none",
+                queries=(
+                    Query(
+                        "max by (cluster, broker) "
+                        f"(kafka_txn_hanging_transactions{{{CLUSTER}}})",
+                        legend="{{cluster}} broker {{broker}}",
+                    ),
+                ),
+                steps=GREEN_THEN_RED_AT_1,
+            ),
+            PanelSpec(
+                kind="timeseries",
+                title="Partitions with late transactions per broker",
+                shows="PartitionsWithLateTransactionsCount per broker: led partitions whose "
+                "oldest open transaction is older than transaction.max.timeout.ms + 5 min.",
+                when_red=f"Any value above 0: follow {runbook('KafkaTransactionsLate')}; the "
+                "late-transactions table below names the partitions.",
+                unit="none",
+                queries=(
+                    Query(
+                        "max by (cluster, broker) "
+                        f"(kafka_txn_partitions_with_late_transactions{{{CLUSTER}}})",
+                        legend="{{cluster}} broker {{broker}}",
+                    ),
+                ),
+                steps=GREEN_THEN_RED_AT_1,
+            ),
+            PanelSpec(
+                kind="timeseries",
+                title="MaxLastStableOffsetLag per broker",
+                shows="Largest LastStableOffsetLag over the partitions each broker leads. "
+                "A sawtooth is normal for transactional traffic; a line that only rises "
+                "means an open transaction pins the LSO.",
+                when_red=f"Above 100000 offsets and rising: follow "
+                f"{runbook('KafkaLastStableOffsetLagGrowing')}.",
+                unit="short",
+                queries=(
+                    Query(
+                        "max by (cluster, broker) "
+                        f"(kafka_txn_max_last_stable_offset_lag{{{CLUSTER}}})",
+                        legend="{{cluster}} broker {{broker}}",
+                    ),
+                ),
+                steps=(("green", None), ("red", 100000.0)),
+            ),
+            PanelSpec(
+                kind="stat",
+                title="Transaction verification per broker",
+                shows="transaction.partition.verification.enable on each broker (KIP-890).",
+                when_red="A broker shows DISABLED: follow "
+                f"{runbook('KafkaTransactionVerificationDisabled')}.",
+                unit="none",
+                queries=(
+                    Query(
+                        "max by (cluster, broker) "
+                        f"(kafka_txn_broker_transaction_verification_enabled{{{CLUSTER}}})",
+                        legend="{{cluster}} broker {{broker}}",
+                        instant=True,
+                    ),
+                ),
+                width=12,
+                height=5,
+                steps=RED_BELOW_1,
+                value_text={"0": ("DISABLED", "red"), "1": ("enabled", "green")},
+            ),
+            PanelSpec(
+                kind="stat",
+                title="transaction.max.timeout.ms per broker",
+                shows="The broker's transaction.max.timeout.ms: the longest timeout a producer "
+                "may ask for. A transaction is late after this plus 5 minutes.",
+                when_red="Never red; brokers that disagree make late-ness differ between "
+                "partitions: align the setting with kafka-configs.sh.",
+                unit="s",
+                queries=(
+                    Query(
+                        "max by (cluster, broker) "
+                        f"(kafka_txn_broker_transaction_max_timeout_seconds{{{CLUSTER}}})",
+                        legend="{{cluster}} broker {{broker}}",
+                        instant=True,
+                    ),
+                ),
+                width=12,
+                height=5,
+            ),
+        ),
+    )
+
+
+def _coordinators() -> Section:
+    return Section(
+        "Transaction coordinators",
+        (
+            PanelSpec(
+                kind="timeseries",
+                title="ActiveTransactionOpenTimeMax per coordinator",
+                shows="Age of the oldest ongoing transaction each coordinator owns (KIP-939 "
+                "ActiveTransactionOpenTimeMax). The coordinator aborts a transaction past its "
+                "transaction.timeout.ms, so this should stay below transaction.max.timeout.ms.",
+                when_red="Above 16 minutes (default max timeout + 1 min): follow "
+                f"{runbook('KafkaTransactionCoordinatorOpenTimeHigh')}; `{CLI} list` and "
+                f"`{CLI} describe --transactional-id ID` show the transaction.",
+                unit="s",
+                queries=(
+                    Query(
+                        "max by (cluster, coordinator) "
+                        f"(kafka_txn_active_transaction_open_time_max_seconds{{{CLUSTER}}})",
+                        legend="{{cluster}} coordinator {{coordinator}}",
+                    ),
+                ),
+                steps=(("green", None), ("red", 960.0)),
+            ),
+            PanelSpec(
+                kind="timeseries",
+                title="Two-phase-commit open time max per coordinator",
+                shows="Age of the oldest open two-phase-commit transaction (KIP-939) per "
+                "coordinator. Kafka never times these out; the external transaction manager "
+                "must commit or abort them.",
+                when_red="Above 1 hour: follow "
+                f"{runbook('KafkaTwoPhaseCommitTransactionOpenTooLong')}; "
+                f"`{CLI} force-terminate --transactional-id ID` is the last resort.",
+                unit="s",
+                queries=(
+                    Query(
+                        "max by (cluster, coordinator) "
+                        "(kafka_txn_two_phase_commit_transaction_open_time_max_seconds"
+                        f"{{{CLUSTER}}})",
+                        legend="{{cluster}} coordinator {{coordinator}}",
+                    ),
+                ),
+                steps=(("green", None), ("red", 3600.0)),
+            ),
+            PanelSpec(
+                kind="timeseries",
+                title="Coordinator timeout aborts",
+                shows="Transactions the coordinators aborted because they outlived their "
+                "transaction.timeout.ms (KIP-588), per second. Producers that die or stall "
+                "mid-transaction show up here.",
+                when_red=f"Sustained non-zero rate: follow "
+                f"{runbook('KafkaTransactionCoordinatorTimeoutAbortsRising')}.",
+                unit="ops",
+                queries=(
+                    Query(
+                        "max by (cluster, coordinator) (rate("
+                        f"kafka_txn_coordinator_timeout_aborts_total{{{CLUSTER}}}"
+                        "[$__rate_interval]))",
+                        legend="{{cluster}} coordinator {{coordinator}}",
+                    ),
+                ),
+                steps=(("green", None), ("red", 0.01)),
+            ),
+            PanelSpec(
+                kind="timeseries",
+                title="Coordinator transactions by state",
+                shows="Transactional ids known to the coordinators, by state (Empty, Ongoing, "
+                "PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort, Dead, "
+                "PrepareEpochFence).",
+                when_red="Never red; Prepare* states that persist mean markers cannot be "
+                f"written: check partition leaders and `{CLI} list`.",
+                unit="none",
+                queries=(
+                    Query(
+                        "sum by (cluster, state) (max by (cluster, coordinator, state) "
+                        f"(kafka_txn_coordinator_transactions{{{CLUSTER}}}))",
+                        legend="{{cluster}} {{state}}",
+                    ),
+                ),
+                width=12,
+                stacked=True,
+            ),
+            PanelSpec(
+                kind="timeseries",
+                title="Open transactions by class",
+                shows="Open partition-level transactions by class: ongoing, late, hanging, "
+                "suspected_hanging, two_phase_commit, unknown.",
+                when_red="The hanging or late classes are non-zero: follow "
+                f"{runbook('KafkaTransactionHanging')} or {runbook('KafkaTransactionsLate')}.",
+                unit="none",
+                queries=(
+                    Query(
+                        f"max by (cluster, class) (kafka_txn_open_transactions{{{CLUSTER}}})",
+                        legend="{{cluster}} {{class}}",
+                    ),
+                ),
+                width=12,
+                stacked=True,
+            ),
+        ),
+    )
+
+
+def _findings() -> Section:
+    return Section(
+        "Findings (filtered by topic)",
+        (
+            PanelSpec(
+                kind="table",
+                title="Hanging transactions",
+                shows="Every confirmed hanging transaction with the producer, its "
+                "transactional id (empty when no coordinator knows one), the start offset to "
+                "abort at and the reason. Click a partition to drill down.",
+                when_red="Any row: follow "
+                f"{runbook('KafkaTransactionHanging')}; abort with `{CLI} abort --topic T "
+                "--partition P --start-offset O` (dry run first, then --yes).",
+                unit="none",
+                queries=(
+                    Query(
+                        f"max by ({', '.join(FINDING_COLUMNS)}, reason) "
+                        f"(kafka_txn_hanging_transaction_info{{{CLUSTER},{TOPIC}}})",
+                        table=True,
+                    ),
+                ),
+                width=24,
+                column_order=(*FINDING_COLUMNS, "reason"),
+                partition_link_columns=("partition",),
+            ),
+            PanelSpec(
+                kind="table",
+                title="Late transactions",
+                shows="Every open transaction older than transaction.max.timeout.ms + 5 min, "
+                "with its class (late, hanging, suspected_hanging, two_phase_commit, unknown).",
+                when_red=f"Any row: follow {runbook('KafkaTransactionsLate')}; "
+                f"`{CLI} describe --transactional-id ID` shows what the coordinator thinks.",
+                unit="none",
+                queries=(
+                    Query(
+                        f"max by ({', '.join(FINDING_COLUMNS)}, class) "
+                        f"(kafka_txn_late_transaction_info{{{CLUSTER},{TOPIC}}})",
+                        table=True,
+                    ),
+                ),
+                width=24,
+                column_order=(*FINDING_COLUMNS, "class"),
+                partition_link_columns=("partition",),
+            ),
+            PanelSpec(
+                kind="timeseries",
+                title="Top 10 partitions by LSO lag",
+                shows="The ten partitions of the selected topics with the largest "
+                "LastStableOffsetLag.",
+                when_red="Above 100000 offsets and rising: open the partition drill-down and "
+                f"follow {runbook('KafkaLastStableOffsetLagGrowing')}.",
+                unit="short",
+                queries=(
+                    Query(
+                        "topk(10, max by (cluster, topic, partition) "
+                        f"(kafka_txn_partition_last_stable_offset_lag{{{CLUSTER},{TOPIC}}}))",
+                        legend="{{cluster}} {{topic}}-{{partition}}",
+                    ),
+                ),
+                width=24,
+                steps=(("green", None), ("red", 100000.0)),
+            ),
+        ),
+    )
+
+
+def build() -> Dashboard:
+    return dashboard(
+        uid=OVERVIEW_UID,
+        title="Kafka transactions / Cluster overview",
+        description="Hanging and late Kafka transactions, LSO lag and coordinator health, "
+        "from kafka-txn-exporter.",
+        variables=(datasource_variable(), cluster_variable(), topic_variable()),
+        sections=(_summary(), _brokers(), _coordinators(), _findings()),
+    )

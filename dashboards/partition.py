@@ -1,0 +1,219 @@
+"""Partition drill-down: why is the LSO of this partition held back, and by whom."""
+
+from __future__ import annotations
+
+from grafanalib.core import Dashboard
+
+from dashboards.common import (
+    CLI,
+    CLUSTER,
+    GREEN_THEN_RED_AT_1,
+    PARTITION,
+    PARTITION_UID,
+    TOPIC,
+    PanelSpec,
+    Query,
+    Section,
+    cluster_variable,
+    dashboard,
+    datasource_variable,
+    partition_variable,
+    runbook,
+    topic_variable,
+)
+
+SELECTOR = f"{CLUSTER},{TOPIC},{PARTITION}"
+FINDING_COLUMNS = (
+    "cluster",
+    "topic",
+    "partition",
+    "broker",
+    "transactional_id",
+    "producer_id",
+    "producer_epoch",
+    "start_offset",
+    "start_time_source",
+)
+
+
+def _now() -> Section:
+    return Section(
+        "Selected partitions",
+        (
+            PanelSpec(
+                kind="stat",
+                title="LSO lag now",
+                shows="Current LastStableOffsetLag (high watermark - last stable offset) of "
+                "the selected partitions: records read_committed consumers cannot read yet.",
+                when_red="Above 100000 offsets: follow "
+                f"{runbook('KafkaLastStableOffsetLagGrowing')}; "
+                f"`{CLI} describe-producers --topic T --partition P` shows the open "
+                "transaction.",
+                unit="short",
+                queries=(
+                    Query(
+                        "max by (cluster, topic, partition) "
+                        f"(kafka_txn_partition_last_stable_offset_lag{{{SELECTOR}}})",
+                        legend="{{topic}}-{{partition}}",
+                        instant=True,
+                    ),
+                ),
+                width=8,
+                height=5,
+                steps=(("green", None), ("orange", 10000.0), ("red", 100000.0)),
+            ),
+            PanelSpec(
+                kind="stat",
+                title="Oldest open transaction now",
+                shows="How long the oldest open transaction on the selected partitions has "
+                "been open (MaxActiveTransactionDuration). No value: no open transaction.",
+                when_red="Red beyond 20 minutes (the default transaction.max.timeout.ms + 5 "
+                f"min): follow {runbook('KafkaTransactionsLate')}.",
+                unit="s",
+                queries=(
+                    Query(
+                        "max by (cluster, topic, partition) "
+                        "(kafka_txn_partition_max_active_transaction_duration_seconds"
+                        f"{{{SELECTOR}}})",
+                        legend="{{topic}}-{{partition}}",
+                        instant=True,
+                    ),
+                ),
+                width=8,
+                height=5,
+                steps=(("green", None), ("orange", 900.0), ("red", 1200.0)),
+            ),
+            PanelSpec(
+                kind="stat",
+                title="Hanging transactions on these partitions",
+                shows="Number of confirmed hanging transactions on the selected partitions.",
+                when_red=f"Follow {runbook('KafkaTransactionHanging')}; "
+                f"`{CLI} find-hanging --topic T --partition P` then `{CLI} abort`.",
+                unit="none",
+                queries=(
+                    Query(
+                        f"count(kafka_txn_hanging_transaction_info{{{SELECTOR}}}) or vector(0)",
+                        instant=True,
+                    ),
+                ),
+                width=8,
+                height=5,
+                steps=GREEN_THEN_RED_AT_1,
+            ),
+        ),
+    )
+
+
+def _history() -> Section:
+    return Section(
+        "History",
+        (
+            PanelSpec(
+                kind="timeseries",
+                title="LastStableOffsetLag",
+                shows="LastStableOffsetLag of the selected partitions over time. A sawtooth "
+                "is healthy transactional traffic; a line that only grows means one "
+                "transaction keeps the LSO in place.",
+                when_red="Above 100000 offsets and still growing: follow "
+                f"{runbook('KafkaLastStableOffsetLagGrowing')}.",
+                unit="short",
+                queries=(
+                    Query(
+                        "max by (cluster, topic, partition) "
+                        f"(kafka_txn_partition_last_stable_offset_lag{{{SELECTOR}}})",
+                        legend="{{cluster}} {{topic}}-{{partition}}",
+                    ),
+                ),
+                width=12,
+                steps=(("green", None), ("red", 100000.0)),
+            ),
+            PanelSpec(
+                kind="timeseries",
+                title="Max active transaction duration",
+                shows="Age of the oldest open transaction on each selected partition "
+                "(MaxActiveTransactionDuration, KIP-664) against the largest "
+                "transaction.max.timeout.ms of the cluster's brokers (dashed line).",
+                when_red="Crosses the max timeout + 5 min: the transaction is late. Follow "
+                f"{runbook('KafkaTransactionsLate')}; "
+                f"`{CLI} find-hanging --topic T --partition P` tells whether it hangs.",
+                unit="s",
+                queries=(
+                    Query(
+                        "max by (cluster, topic, partition) "
+                        "(kafka_txn_partition_max_active_transaction_duration_seconds"
+                        f"{{{SELECTOR}}})",
+                        legend="{{cluster}} {{topic}}-{{partition}}",
+                    ),
+                    Query(
+                        "max by (cluster) "
+                        f"(kafka_txn_broker_transaction_max_timeout_seconds{{{CLUSTER}}})",
+                        legend="{{cluster}} transaction.max.timeout.ms",
+                    ),
+                ),
+                width=12,
+                steps=(("green", None), ("red", 1200.0)),
+            ),
+        ),
+    )
+
+
+def _findings() -> Section:
+    return Section(
+        "Findings",
+        (
+            PanelSpec(
+                kind="table",
+                title="Hanging transactions on these partitions",
+                shows="Confirmed hanging transactions on the selected partitions: producer, "
+                "transactional id, start offset, coordinator epoch and why it is considered "
+                "hanging.",
+                when_red="Any row: follow "
+                f"{runbook('KafkaTransactionHanging')}. Abort with `{CLI} abort --topic T "
+                "--partition P --start-offset O` (dry run), then again with --yes.",
+                unit="none",
+                queries=(
+                    Query(
+                        f"max by ({', '.join(FINDING_COLUMNS)}, coordinator_epoch, reason) "
+                        f"(kafka_txn_hanging_transaction_info{{{SELECTOR}}})",
+                        table=True,
+                    ),
+                ),
+                width=24,
+                column_order=(*FINDING_COLUMNS, "coordinator_epoch", "reason"),
+            ),
+            PanelSpec(
+                kind="table",
+                title="Late transactions on these partitions",
+                shows="Open transactions on the selected partitions older than "
+                "transaction.max.timeout.ms + 5 min, with their class.",
+                when_red=f"Any row: follow {runbook('KafkaTransactionsLate')}; "
+                f"`{CLI} describe --transactional-id ID` for the coordinator's view.",
+                unit="none",
+                queries=(
+                    Query(
+                        f"max by ({', '.join(FINDING_COLUMNS)}, class) "
+                        f"(kafka_txn_late_transaction_info{{{SELECTOR}}})",
+                        table=True,
+                    ),
+                ),
+                width=24,
+                column_order=(*FINDING_COLUMNS, "class"),
+            ),
+        ),
+    )
+
+
+def build() -> Dashboard:
+    return dashboard(
+        uid=PARTITION_UID,
+        title="Kafka transactions / Partition drill-down",
+        description="LSO lag, open transaction age and hanging or late transaction findings "
+        "for selected partitions.",
+        variables=(
+            datasource_variable(),
+            cluster_variable(),
+            topic_variable(),
+            partition_variable(),
+        ),
+        sections=(_now(), _history(), _findings()),
+    )
