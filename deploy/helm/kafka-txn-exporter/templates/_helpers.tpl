@@ -1,0 +1,272 @@
+{{/*
+Named templates. The ones a parent chart includes in sidecar mode take this chart's own
+context, which Helm offers the parent as (index .Subcharts "kafka-txn-exporter"):
+  kafka-txn-exporter.container       the exporter container, one list item
+  kafka-txn-exporter.volumes         the volumes that container mounts, list items
+  kafka-txn-exporter.podAnnotations  config checksum (and scrape annotations), map entries
+*/}}
+
+{{- define "kafka-txn-exporter.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "kafka-txn-exporter.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kafka-txn-exporter.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kafka-txn-exporter.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "kafka-txn-exporter.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "kafka-txn-exporter.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: exporter
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "kafka-txn-exporter.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "kafka-txn-exporter.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kafka-txn-exporter.image" -}}
+{{- $repo := .Values.image.repository -}}
+{{- if .Values.image.registry -}}
+{{- $repo = printf "%s/%s" (trimSuffix "/" .Values.image.registry) $repo -}}
+{{- end -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $repo .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo (default .Chart.AppVersion .Values.image.tag | toString) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Paths fixed by the image (Dockerfile): config directory and writable scratch. */}}
+{{- define "kafka-txn-exporter.configDir" -}}/etc/kafka-txn-exporter{{- end -}}
+{{- define "kafka-txn-exporter.homeDir" -}}/home/exporter{{- end -}}
+{{- define "kafka-txn-exporter.sparkLocalDir" -}}/var/lib/kafka-txn-exporter/spark{{- end -}}
+
+{{- define "kafka-txn-exporter.secretMountPath" -}}
+{{- default (printf "/var/run/secrets/kafka-txn-exporter/%s" .secretName) .mountPath | trimSuffix "/" -}}
+{{- end -}}
+
+{{- define "kafka-txn-exporter.secretVolumeName" -}}
+{{- printf "kte-secret-%d-%s" .index (.secretName | lower | replace "." "-") | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+The exporter's config file: .Values.config with the values the pod layout dictates
+(web.listen_address from .Values.port, spark.local_dir on the scratch emptyDir), after checks
+that keep secrets out of values and kafka_files pointing at mounted files.
+*/}}
+{{- define "kafka-txn-exporter.configYaml" -}}
+{{- $cfg := deepCopy (.Values.config | default dict) -}}
+{{- $port := int .Values.port -}}
+{{- $web := get $cfg "web" | default dict -}}
+{{- if get $web "listen_address" -}}
+{{- $given := toString (get $web "listen_address") -}}
+{{- if ne (last (splitList ":" $given)) (toString $port) -}}
+{{- fail (printf "config.web.listen_address %q does not listen on port %d: leave it unset (the chart derives it from .Values.port) or change port" $given $port) -}}
+{{- end -}}
+{{- else -}}
+{{- $_ := set $web "listen_address" (printf ":%d" $port) -}}
+{{- end -}}
+{{- $_ := set $cfg "web" $web -}}
+{{- $spark := get $cfg "spark" | default dict -}}
+{{- if not (get $spark "local_dir") -}}
+{{- $_ := set $spark "local_dir" (include "kafka-txn-exporter.sparkLocalDir" .) -}}
+{{- end -}}
+{{- $_ := set $cfg "spark" $spark -}}
+{{- include "kafka-txn-exporter.checkSecrets" (dict "root" . "config" $cfg) -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
+{{- define "kafka-txn-exporter.checkSecrets" -}}
+{{- $mounts := list -}}
+{{- range .root.Values.kafkaSecrets -}}
+{{- $mounts = append $mounts (include "kafka-txn-exporter.secretMountPath" .) -}}
+{{- end -}}
+{{- range .root.Values.extraVolumeMounts -}}
+{{- $mounts = append $mounts (trimSuffix "/" .mountPath) -}}
+{{- end -}}
+{{- /* librdkafka properties that carry secrets (exporter.config.SECRET_PROPERTIES). */ -}}
+{{- $secretProps := list "sasl.password" "sasl.oauthbearer.client.secret" "ssl.key.password" "sasl.oauthbearer.config" "ssl.key.pem" "ssl.keystore.password" -}}
+{{- range $i, $c := (.config.clusters | default list) -}}
+{{- range $prop, $value := (get $c "kafka" | default dict) -}}
+{{- if and (has $prop $secretProps) (not (regexMatch "^\\$\\{[A-Za-z_][A-Za-z0-9_]*\\}$" (toString $value))) -}}
+{{- fail (printf "config.clusters[%d].kafka.%s: a secret must not be a literal in values; mount an existing Secret with kafkaSecrets and set config.clusters[%d].kafka_files.%s to its file path" $i $prop $i $prop) -}}
+{{- end -}}
+{{- end -}}
+{{- range $prop, $path := (get $c "kafka_files" | default dict) -}}
+{{- if not (isAbs (toString $path)) -}}
+{{- fail (printf "config.clusters[%d].kafka_files.%s: %q must be an absolute path under a kafkaSecrets mountPath" $i $prop $path) -}}
+{{- end -}}
+{{- $mounted := false -}}
+{{- range $mounts -}}
+{{- if hasPrefix (printf "%s/" .) (toString $path) -}}
+{{- $mounted = true -}}
+{{- end -}}
+{{- end -}}
+{{- if not $mounted -}}
+{{- fail (printf "config.clusters[%d].kafka_files.%s: %q is not under any kafkaSecrets[].mountPath or extraVolumeMounts[].mountPath (mounted: %s)" $i $prop $path (join ", " $mounts | default "none")) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kafka-txn-exporter.telemetryPath" -}}
+{{- $web := get (.Values.config | default dict) "web" | default dict -}}
+{{- get $web "telemetry_path" | default "/metrics" -}}
+{{- end -}}
+
+{{- define "kafka-txn-exporter.scrapeAnnotations" -}}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .Values.port | quote }}
+prometheus.io/path: {{ include "kafka-txn-exporter.telemetryPath" . | quote }}
+{{- end -}}
+
+{{/* Pod annotations the exporter needs: the config checksum rolls the pod on a config change. */}}
+{{- define "kafka-txn-exporter.podAnnotations" -}}
+checksum/kafka-txn-exporter-config: {{ include "kafka-txn-exporter.configYaml" . | sha256sum }}
+{{- if and .Values.scrapeAnnotations.enabled (eq .Values.scrapeAnnotations.target "pod") }}
+{{ include "kafka-txn-exporter.scrapeAnnotations" . }}
+{{- end }}
+{{- end -}}
+
+{{- define "kafka-txn-exporter.httpProbe" -}}
+httpGet:
+  path: {{ .path }}
+  port: metrics
+  scheme: HTTP
+{{- with .probe }}
+periodSeconds: {{ .periodSeconds }}
+timeoutSeconds: {{ .timeoutSeconds }}
+failureThreshold: {{ .failureThreshold }}
+{{- with .initialDelaySeconds }}
+initialDelaySeconds: {{ . }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The exporter container: the same spec in standalone and sidecar mode. */}}
+{{- define "kafka-txn-exporter.container" -}}
+- name: {{ .Values.containerName }}
+  image: {{ include "kafka-txn-exporter.image" . | quote }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  args:
+    - --config.file
+    - {{ include "kafka-txn-exporter.configDir" . }}/config.yml
+  {{- with .Values.extraEnv }}
+  env:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  ports:
+    - name: metrics
+      containerPort: {{ .Values.port }}
+      protocol: TCP
+  {{- if .Values.startupProbe.enabled }}
+  startupProbe:
+    {{- include "kafka-txn-exporter.httpProbe" (dict "path" "/healthz" "probe" .Values.startupProbe) | nindent 4 }}
+  {{- end }}
+  {{- if .Values.livenessProbe.enabled }}
+  livenessProbe:
+    {{- include "kafka-txn-exporter.httpProbe" (dict "path" "/healthz" "probe" .Values.livenessProbe) | nindent 4 }}
+  {{- end }}
+  {{- if and .Values.readinessProbe.enabled (or (eq .Values.mode "standalone") .Values.sidecar.readinessProbe) }}
+  readinessProbe:
+    {{- include "kafka-txn-exporter.httpProbe" (dict "path" "/readyz" "probe" .Values.readinessProbe) | nindent 4 }}
+  {{- end }}
+  resources:
+    {{- toYaml .Values.resources | nindent 4 }}
+  securityContext:
+    {{- toYaml .Values.securityContext | nindent 4 }}
+  volumeMounts:
+    - name: kte-config
+      mountPath: {{ include "kafka-txn-exporter.configDir" . }}
+      readOnly: true
+    - name: kte-tmp
+      mountPath: /tmp
+    - name: kte-home
+      mountPath: {{ include "kafka-txn-exporter.homeDir" . }}
+    - name: kte-spark-local
+      mountPath: {{ include "kafka-txn-exporter.sparkLocalDir" . }}
+    {{- range $i, $s := .Values.kafkaSecrets }}
+    - name: {{ include "kafka-txn-exporter.secretVolumeName" (dict "index" $i "secretName" $s.secretName) }}
+      mountPath: {{ include "kafka-txn-exporter.secretMountPath" $s }}
+      readOnly: true
+    {{- end }}
+    {{- with .Values.extraVolumeMounts }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+{{- end -}}
+
+{{/* The volumes the exporter container mounts. */}}
+{{- define "kafka-txn-exporter.volumes" -}}
+- name: kte-config
+  configMap:
+    name: {{ include "kafka-txn-exporter.fullname" . }}
+- name: kte-tmp
+  emptyDir:
+    {{- include "kafka-txn-exporter.emptyDir" (dict "medium" .Values.scratch.medium "sizeLimit" .Values.scratch.tmpSizeLimit) | nindent 4 }}
+- name: kte-home
+  emptyDir:
+    {{- include "kafka-txn-exporter.emptyDir" (dict "medium" .Values.scratch.medium "sizeLimit" .Values.scratch.homeSizeLimit) | nindent 4 }}
+- name: kte-spark-local
+  emptyDir:
+    {{- include "kafka-txn-exporter.emptyDir" (dict "medium" .Values.scratch.medium "sizeLimit" .Values.scratch.sparkLocalSizeLimit) | nindent 4 }}
+{{- range $i, $s := .Values.kafkaSecrets }}
+- name: {{ include "kafka-txn-exporter.secretVolumeName" (dict "index" $i "secretName" $s.secretName) }}
+  secret:
+    secretName: {{ $s.secretName }}
+    defaultMode: {{ hasKey $s "defaultMode" | ternary $s.defaultMode 288 }}
+    {{- with $s.items }}
+    items:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    {{- if $s.optional }}
+    optional: true
+    {{- end }}
+{{- end }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "kafka-txn-exporter.emptyDir" -}}
+{{- $d := dict -}}
+{{- with .medium }}{{ $_ := set $d "medium" . }}{{ end -}}
+{{- with .sizeLimit }}{{ $_ := set $d "sizeLimit" . }}{{ end -}}
+{{- toYaml $d -}}
+{{- end -}}
+
+{{/* The alert rules file another generator writes into this chart; parsed, or a clear failure. */}}
+{{- define "kafka-txn-exporter.alertRules" -}}
+{{- $path := "files/alerts/kafka-txn-exporter.rules.yml" -}}
+{{- $raw := .Files.Get $path -}}
+{{- if not $raw -}}
+{{- fail (printf "%s is missing from the chart (generate it with `make alerts`) but prometheusRule or alertmanagerConfig is enabled" $path) -}}
+{{- end -}}
+{{- $rules := fromYaml $raw -}}
+{{- if or (hasKey $rules "Error") (not (kindIs "slice" $rules.groups)) -}}
+{{- fail (printf "%s: expected a Prometheus rules file with top-level groups: %v" $path (get $rules "Error")) -}}
+{{- end -}}
+{{- toYaml $rules -}}
+{{- end -}}

@@ -1,0 +1,588 @@
+"""The Helm chart: lint, render both modes, and check what the pod and the monitoring objects get.
+
+Runs the real ``helm`` binary (on PATH or where .ci/setup.sh builds it); the rendered manifests
+are parsed with yaml and checked against the exporter's own config parser, the alert rules file
+and the dashboards the chart ships.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from exporter.config import KAFKA_PROPERTIES, SECRET_PROPERTIES, ConfigError, parse_config
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "deploy" / "helm" / "kafka-txn-exporter"
+CI_VALUES = CHART / "ci"
+STANDALONE_VALUES = CI_VALUES / "standalone-values.yaml"
+SIDECAR_VALUES = CI_VALUES / "sidecar-values.yaml"
+SIDECAR_EXAMPLE = REPO / "deploy" / "examples" / "sidecar"
+RULES_FILE = CHART / "files" / "alerts" / "kafka-txn-exporter.rules.yml"
+ROOT_RULES_FILE = REPO / "alerts" / "kafka-txn-exporter.rules.yml"
+DASHBOARDS_DIR = CHART / "files" / "dashboards"
+CONFIG_EXAMPLE = REPO / "docs" / "config.example.yml"
+HELM_CACHE_BIN = (
+    Path(os.environ.get("KTE_CACHE", Path.home() / ".cache" / "kafka-txn-exporter")) / "bin"
+)
+RELEASE = "kte"
+CONTAINER = "kafka-txn-exporter"
+
+Manifest = dict[str, Any]
+
+
+def find_helm() -> str:
+    found = shutil.which("helm") or shutil.which("helm", path=str(HELM_CACHE_BIN))
+    if found is None:
+        pytest.fail(
+            f"helm not found on PATH nor in {HELM_CACHE_BIN}: run .ci/setup.sh (it builds Helm "
+            "there) or install Helm 3; the chart tests cannot run without it",
+            pytrace=False,
+        )
+    return found
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    return find_helm()
+
+
+def run_helm(helm: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [helm, *map(str, args)], capture_output=True, text=True, check=False, timeout=120
+    )
+
+
+def render(
+    helm: str,
+    values: Sequence[Path] = (),
+    sets: Sequence[str] = (),
+    chart: Path = CHART,
+) -> list[Manifest]:
+    args: list[str | Path] = ["template", RELEASE, chart, "--namespace", "monitoring"]
+    for v in values:
+        args += ["--values", v]
+    for s in sets:
+        args += ["--set", s]
+    result = run_helm(helm, *args)
+    assert result.returncode == 0, f"helm template failed:\n{result.stderr}"
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+def render_error(helm: str, *args: str | Path) -> str:
+    result = run_helm(helm, "template", RELEASE, CHART, *args)
+    assert result.returncode != 0, f"helm template accepted {args}"
+    return result.stderr
+
+
+def objects(docs: list[Manifest], kind: str) -> list[Manifest]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: list[Manifest], kind: str) -> Manifest:
+    found = objects(docs, kind)
+    assert len(found) == 1, f"expected one {kind}, got {[d['metadata']['name'] for d in found]}"
+    return found[0]
+
+
+def exporter_container(pod_spec: Manifest, name: str = CONTAINER) -> Manifest:
+    containers = {c["name"]: c for c in pod_spec["containers"]}
+    assert name in containers, f"no container {name!r} in {sorted(containers)}"
+    container: Manifest = containers[name]
+    return container
+
+
+def rendered_config(docs: list[Manifest]) -> Manifest:
+    configmap = next(
+        d for d in objects(docs, "ConfigMap") if d["metadata"]["name"] == f"{RELEASE}-{CONTAINER}"
+    )
+    raw = yaml.safe_load(configmap["data"]["config.yml"])
+    assert isinstance(raw, dict)
+    return raw
+
+
+def mounts_by_path(container: Manifest) -> dict[str, Manifest]:
+    return {m["mountPath"]: m for m in container["volumeMounts"]}
+
+
+def volumes_by_name(pod_spec: Manifest) -> dict[str, Manifest]:
+    return {v["name"]: v for v in pod_spec["volumes"]}
+
+
+@pytest.fixture(scope="module")
+def standalone(helm: str) -> list[Manifest]:
+    return render(helm, [STANDALONE_VALUES])
+
+
+@pytest.fixture(scope="module")
+def sidecar(helm: str) -> list[Manifest]:
+    return render(helm, [SIDECAR_VALUES])
+
+
+@pytest.fixture(scope="module")
+def pod_spec(standalone: list[Manifest]) -> Manifest:
+    spec: Manifest = one(standalone, "Deployment")["spec"]["template"]["spec"]
+    return spec
+
+
+@pytest.fixture(scope="module")
+def values() -> Manifest:
+    loaded = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+# ---- lint
+
+
+@pytest.mark.parametrize(
+    "values_file", [None, STANDALONE_VALUES, SIDECAR_VALUES], ids=["defaults", "standalone", "sidecar"]
+)
+def test_helm_lint_passes(helm: str, values_file: Path | None) -> None:
+    args: list[str | Path] = ["lint", "--strict", CHART]
+    if values_file is not None:
+        args += ["--values", values_file]
+    result = run_helm(helm, *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_defaults_render_a_standalone_exporter(helm: str) -> None:
+    docs = render(helm)
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == ["ConfigMap", "Deployment", "Service", "ServiceAccount"]
+
+
+# ---- the pod
+
+
+def test_standalone_runs_one_replica_with_the_config_file(
+    standalone: list[Manifest], pod_spec: Manifest
+) -> None:
+    deployment = one(standalone, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    container = exporter_container(pod_spec)
+    assert container["args"] == ["--config.file", "/etc/kafka-txn-exporter/config.yml"]
+    config_mount = mounts_by_path(container)["/etc/kafka-txn-exporter"]
+    assert config_mount["readOnly"] is True
+    volume = volumes_by_name(pod_spec)[config_mount["name"]]
+    assert volume["configMap"]["name"] == f"{RELEASE}-{CONTAINER}"
+    assert pod_spec["automountServiceAccountToken"] is False
+
+
+def test_probes_use_health_paths_on_the_named_metrics_port(
+    pod_spec: Manifest, values: Manifest
+) -> None:
+    container = exporter_container(pod_spec)
+    assert container["ports"] == [
+        {"name": "metrics", "containerPort": values["port"], "protocol": "TCP"}
+    ]
+    assert values["port"] == 9851
+    expected = {"startupProbe": "/healthz", "livenessProbe": "/healthz", "readinessProbe": "/readyz"}
+    for probe, path in expected.items():
+        assert container[probe]["httpGet"] == {"path": path, "port": "metrics", "scheme": "HTTP"}
+    startup = container["startupProbe"]
+    # The Spark driver needs 10-20 s; the startup probe must allow several times that.
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 60
+
+
+def test_service_exposes_the_named_metrics_port(standalone: list[Manifest]) -> None:
+    service = one(standalone, "Service")
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 9851, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    deployment = one(standalone, "Deployment")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+
+
+def test_security_context_is_locked_down(pod_spec: Manifest) -> None:
+    sc = exporter_container(pod_spec)["securityContext"]
+    assert sc["runAsNonRoot"] is True
+    assert sc["runAsUser"] == 10001
+    assert sc["runAsGroup"] == 10001
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    pod_sc = pod_spec["securityContext"]
+    assert pod_sc["runAsNonRoot"] is True
+    assert pod_sc["fsGroup"] == 10001
+    assert pod_sc["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_scratch_directories_are_emptydirs(standalone: list[Manifest], pod_spec: Manifest) -> None:
+    container = exporter_container(pod_spec)
+    volumes = volumes_by_name(pod_spec)
+    mounts = mounts_by_path(container)
+    spark_local_dir = rendered_config(standalone)["spark"]["local_dir"]
+    for path in ("/tmp", "/home/exporter", spark_local_dir):
+        assert path in mounts, f"{path} is not mounted"
+        assert "emptyDir" in volumes[mounts[path]["name"]], f"{path} is not an emptyDir"
+        assert not mounts[path].get("readOnly", False)
+
+
+def test_resources_are_sized_for_the_spark_driver(pod_spec: Manifest) -> None:
+    resources = exporter_container(pod_spec)["resources"]
+    assert set(resources["requests"]) == {"cpu", "memory"}
+    assert "memory" in resources["limits"]
+
+
+def test_secrets_are_mounted_read_only_where_kafka_files_point(
+    standalone: list[Manifest], pod_spec: Manifest
+) -> None:
+    container = exporter_container(pod_spec)
+    volumes = volumes_by_name(pod_spec)
+    secret_mounts = {
+        m["mountPath"]: m for m in container["volumeMounts"] if "secret" in volumes[m["name"]]
+    }
+    files = [
+        path
+        for cluster in rendered_config(standalone)["clusters"]
+        for path in (cluster.get("kafka_files") or {}).values()
+    ]
+    assert files, "the standalone test values should wire at least one kafka_files path"
+    for file_path in files:
+        mount_path = str(Path(file_path).parent)
+        assert mount_path in secret_mounts, f"{file_path}: no Secret mounted at {mount_path}"
+        mount = secret_mounts[mount_path]
+        assert mount["readOnly"] is True
+        secret = volumes[mount["name"]]["secret"]
+        items = secret.get("items")
+        if items:
+            assert Path(file_path).name in {i["path"] for i in items}
+    # Nothing in the rendered objects carries a secret value: no Secret objects at all.
+    assert not objects(standalone, "Secret")
+
+
+# ---- the config file
+
+
+def validate_with_fake_secrets(raw: Manifest, tmp_path: Path) -> None:
+    """Run the exporter's parser on the rendered config, with the mounted files faked."""
+    raw = json.loads(json.dumps(raw))
+    for cluster in raw["clusters"]:
+        files = cluster.get("kafka_files") or {}
+        for prop, path in files.items():
+            fake = tmp_path / path.lstrip("/")
+            fake.parent.mkdir(parents=True, exist_ok=True)
+            fake.write_text("not-a-real-secret\n")
+            files[prop] = str(fake)
+    try:
+        parse_config(raw, env={}, base_dir=tmp_path)
+    except ConfigError as e:  # pragma: no cover - shows every problem on failure
+        pytest.fail(f"the rendered config is invalid:\n{e}")
+
+
+@pytest.mark.parametrize("mode", ["standalone", "sidecar"])
+def test_rendered_config_is_valid_for_the_exporter(
+    mode: str, standalone: list[Manifest], sidecar: list[Manifest], tmp_path: Path
+) -> None:
+    docs = standalone if mode == "standalone" else sidecar
+    validate_with_fake_secrets(rendered_config(docs), tmp_path)
+
+
+def test_default_values_render_a_valid_config(helm: str, tmp_path: Path) -> None:
+    validate_with_fake_secrets(rendered_config(render(helm)), tmp_path)
+
+
+def test_config_listens_on_the_container_port(standalone: list[Manifest], sidecar: list[Manifest]) -> None:
+    assert rendered_config(standalone)["web"]["listen_address"] == ":9851"
+    assert rendered_config(sidecar)["web"]["listen_address"] == ":9852"
+
+
+def test_config_checksum_rolls_the_pod(helm: str, pod_spec: Manifest, standalone: list[Manifest]) -> None:
+    def checksum(docs: list[Manifest]) -> str:
+        annotations = one(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+        value = annotations["checksum/kafka-txn-exporter-config"]
+        assert isinstance(value, str)
+        return value
+
+    before = checksum(standalone)
+    assert len(before) == 64
+    assert checksum(render(helm, [STANDALONE_VALUES])) == before
+    assert checksum(render(helm, [STANDALONE_VALUES], ["config.log.level=warning"])) != before
+
+
+def test_schema_config_keys_match_the_exporter(values: Manifest) -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    config_schema = schema["properties"]["config"]["properties"]
+    example = yaml.safe_load(CONFIG_EXAMPLE.read_text())
+    assert set(config_schema) == set(example)
+    for section in ("web", "log", "spark", "pipeline"):
+        assert set(config_schema[section]["properties"]) == set(example[section]), section
+    cluster_schema = config_schema["clusters"]["items"]
+    assert set(cluster_schema["properties"]) == set(example["clusters"][0])
+    for key in ("kafka", "kafka_files"):
+        allowed = cluster_schema["properties"][key]["properties"]
+        assert set(allowed) == KAFKA_PROPERTIES, key
+
+
+# ---- Prometheus Operator, plain Prometheus, Grafana
+
+
+def load_rule_groups(path: Path) -> list[Any]:
+    if not path.is_file():
+        pytest.fail(
+            f"{path.relative_to(REPO)} does not exist: the alert rules generator writes it "
+            "(make alerts); the PrometheusRule is rendered from it",
+            pytrace=False,
+        )
+    loaded = yaml.safe_load(path.read_text())
+    assert isinstance(loaded, dict) and isinstance(loaded.get("groups"), list)
+    groups: list[Any] = loaded["groups"]
+    return groups
+
+
+def test_prometheus_rule_groups_are_the_rules_file_groups(standalone: list[Manifest]) -> None:
+    rule = one(standalone, "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    groups = load_rule_groups(RULES_FILE)
+    assert rule["spec"]["groups"] == groups
+    if ROOT_RULES_FILE.is_file():
+        assert load_rule_groups(ROOT_RULES_FILE) == groups
+
+
+def test_alertmanager_config_routes_the_chart_alerts_to_pagerduty_by_secret(
+    standalone: list[Manifest],
+) -> None:
+    amc = one(standalone, "AlertmanagerConfig")
+    receiver = amc["spec"]["receivers"][0]["pagerdutyConfigs"][0]
+    assert receiver["routingKey"] == {"name": "pagerduty-routing-key", "key": "routing-key"}
+    alert_names = {
+        rule["alert"]
+        for group in load_rule_groups(RULES_FILE)
+        for rule in group["rules"]
+        if "alert" in rule
+    }
+    matchers = {m["name"]: m for m in amc["spec"]["route"]["matchers"]}
+    assert matchers["alertname"]["matchType"] == "=~"
+    assert set(matchers["alertname"]["value"].split("|")) == alert_names
+    # Critical alerts page; warnings are meant for tickets (alerts/alertmanager.example.yml).
+    assert matchers["severity"] == {"name": "severity", "matchType": "=", "value": "critical"}
+
+
+def dashboard_files() -> list[Path]:
+    files = sorted(DASHBOARDS_DIR.glob("*.json"))
+    if not files:
+        pytest.fail(
+            f"no dashboards in {DASHBOARDS_DIR.relative_to(REPO)}: the dashboards generator "
+            "writes them (make dashboards)",
+            pytrace=False,
+        )
+    return files
+
+
+def test_a_dashboard_configmap_per_json_file(helm: str, standalone: list[Manifest]) -> None:
+    dashboards = {
+        key: json.loads(value)
+        for cm in objects(standalone, "ConfigMap")
+        if cm["metadata"]["labels"].get("grafana_dashboard") == "1"
+        for key, value in cm["data"].items()
+    }
+    files = dashboard_files()
+    assert sorted(dashboards) == [f.name for f in files]
+    for f in files:
+        assert dashboards[f.name] == json.loads(f.read_text()), f.name
+    relabelled = render(
+        helm,
+        [STANDALONE_VALUES],
+        ["dashboards.label=grafana_dashboard_kafka", "dashboards.labelValue=yes"],
+    )
+    labelled = [
+        cm for cm in objects(relabelled, "ConfigMap")
+        if cm["metadata"]["labels"].get("grafana_dashboard_kafka") == "yes"
+    ]
+    assert len(labelled) == len(files)
+
+
+def test_service_monitor_scrapes_the_metrics_port(standalone: list[Manifest]) -> None:
+    monitor = one(standalone, "ServiceMonitor")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == "metrics"
+    assert endpoint["path"] == rendered_config(standalone)["web"]["telemetry_path"]
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    service_labels = one(standalone, "Service")["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service_labels.items()
+
+
+def test_scrape_annotations(standalone: list[Manifest], sidecar: list[Manifest]) -> None:
+    expected = {"prometheus.io/scrape": "true", "prometheus.io/path": "/metrics"}
+    pod = one(standalone, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert expected.items() <= pod.items() and pod["prometheus.io/port"] == "9851"
+    service = one(sidecar, "Service")["metadata"]["annotations"]
+    assert expected.items() <= service.items() and service["prometheus.io/port"] == "9852"
+
+
+def test_optional_objects_are_off_by_default(helm: str) -> None:
+    docs = render(helm)
+    for kind in ("ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"):
+        assert not objects(docs, kind)
+    assert not [cm for cm in objects(docs, "ConfigMap") if "grafana_dashboard" in cm["metadata"]["labels"]]
+    pod = one(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert "prometheus.io/scrape" not in pod
+
+
+# ---- sidecar mode
+
+
+def test_sidecar_mode_renders_no_workload(sidecar: list[Manifest]) -> None:
+    assert not objects(sidecar, "Deployment")
+    assert not objects(sidecar, "ServiceAccount")
+    assert {d["kind"] for d in sidecar} == {"ConfigMap", "Service", "ServiceMonitor"}
+    service = one(sidecar, "Service")
+    assert service["spec"]["selector"] == {
+        "app.kubernetes.io/name": "kafka",
+        "app.kubernetes.io/instance": "broker",
+    }
+    # By number: the parent's own containers may name a port "metrics" too.
+    assert service["spec"]["ports"][0]["name"] == "metrics"
+    assert service["spec"]["ports"][0]["targetPort"] == 9852
+
+
+@pytest.fixture(scope="module")
+def example_chart(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The sidecar example with this chart unpacked in charts/, as `helm dependency` would."""
+    root = tmp_path_factory.mktemp("example") / "sidecar"
+    shutil.copytree(SIDECAR_EXAMPLE, root, ignore=shutil.ignore_patterns("charts", "Chart.lock"))
+    shutil.copytree(CHART, root / "charts" / CHART.name)
+    yield root
+
+
+def test_sidecar_example_includes_the_same_container(
+    helm: str, example_chart: Path, tmp_path: Path
+) -> None:
+    example = render(helm, chart=example_chart)
+    parent = one(example, "Deployment")
+    parent_pod = parent["spec"]["template"]
+    assert [c["name"] for c in parent_pod["spec"]["containers"]] == ["app", CONTAINER]
+
+    # The same exporter values, rendered standalone (readiness stays off in sidecar mode).
+    exporter_values = yaml.safe_load((SIDECAR_EXAMPLE / "values.yaml").read_text())[CHART.name]
+    exporter_values["mode"] = "standalone"
+    exporter_values["readinessProbe"] = {"enabled": False}
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text(yaml.safe_dump(exporter_values))
+    standalone = render(helm, [values_file])
+    standalone_pod = one(standalone, "Deployment")["spec"]["template"]
+
+    assert exporter_container(parent_pod["spec"]) == exporter_container(standalone_pod["spec"])
+    assert parent_pod["spec"]["volumes"] == standalone_pod["spec"]["volumes"]
+    key = "checksum/kafka-txn-exporter-config"
+    assert parent_pod["metadata"]["annotations"][key] == standalone_pod["metadata"]["annotations"][key]
+    assert rendered_config(example) == rendered_config(standalone)
+    assert "readinessProbe" not in exporter_container(parent_pod["spec"])
+
+
+def test_sidecar_example_lints(helm: str, example_chart: Path) -> None:
+    result = run_helm(helm, "lint", "--strict", example_chart)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ---- rejected values
+
+
+@pytest.mark.parametrize(
+    ("sets", "expected"),
+    [
+        (["mode=bogus"], ["/mode", "standalone", "sidecar"]),
+        (["port=70000"], ["/port", "maximum"]),
+        (["service.port=0"], ["/service/port", "minimum"]),
+        (["config.clusters[0].name=only-a-name"], ["/config/clusters/0", "bootstrap_servers"]),
+        (["config.clusters[0].name=a", "config.clusters[0].bootstrap_servers=no-port"],
+         ["/config/clusters/0/bootstrap_servers"]),
+        (["config.log.level=verbose"], ["/config/log/level"]),
+        (["config.clusters[0].name=a", "config.clusters[0].bootstrap_servers=k:9092",
+          "config.clusters[0].kafka.bogus\\.property=1"], ["/config/clusters/0/kafka", "bogus.property"]),
+        (["resources.requests.cpu=lots"], ["/resources/requests/cpu"]),
+        (["scrapeAnnotations.target=node"], ["/scrapeAnnotations/target"]),
+        (["unknownTopLevel=1"], ["unknownTopLevel"]),
+    ],
+    ids=["mode", "port", "service-port", "no-bootstrap", "bad-bootstrap", "log-level",
+         "kafka-property", "cpu", "scrape-target", "unknown-key"],
+)
+def test_schema_rejects_bad_values(helm: str, sets: list[str], expected: list[str]) -> None:
+    args: list[str | Path] = []
+    for s in sets:
+        args += ["--set", s]
+    stderr = render_error(helm, *args)
+    assert "schema" in stderr
+    for text in expected:
+        assert text in stderr, f"{text!r} not in:\n{stderr}"
+
+
+SECRET_KAFKA_PROPERTIES = sorted(SECRET_PROPERTIES & KAFKA_PROPERTIES)
+
+
+@pytest.mark.parametrize("prop", SECRET_KAFKA_PROPERTIES)
+def test_literal_secrets_in_values_are_refused(helm: str, prop: str) -> None:
+    key = prop.replace(".", "\\.")
+    stderr = render_error(
+        helm, "--set", "config.clusters[0].name=a", "--set",
+        "config.clusters[0].bootstrap_servers=k:9092", "--set", f"config.clusters[0].kafka.{key}=hunter2",
+    )
+    assert f"config.clusters[0].kafka.{prop}" in stderr
+    assert "kafkaSecrets" in stderr
+
+
+def test_env_references_for_secrets_are_accepted(helm: str) -> None:
+    docs = render(helm, sets=[
+        "config.clusters[0].name=a", "config.clusters[0].bootstrap_servers=k:9092",
+        "config.clusters[0].kafka.sasl\\.password=${KAFKA_PASSWORD}",
+    ])
+    assert rendered_config(docs)["clusters"][0]["kafka"]["sasl.password"] == "${KAFKA_PASSWORD}"
+
+
+@pytest.mark.parametrize(
+    ("sets", "expected"),
+    [
+        (["config.clusters[0].kafka_files.sasl\\.password=/etc/elsewhere/password"],
+         ["config.clusters[0].kafka_files.sasl.password", "/etc/elsewhere/password", "not under"]),
+        (["config.web.listen_address=:9999"], ["config.web.listen_address", "9851"]),
+        (["mode=sidecar"], ["sidecar.podSelector"]),
+        (["mode=sidecar", "service.enabled=false", "serviceMonitor.enabled=true"],
+         ["serviceMonitor.enabled needs service.enabled"]),
+        (["alertmanagerConfig.enabled=true"], ["routingKeySecret.name"]),
+    ],
+)
+def test_inconsistent_values_fail_with_a_message(helm: str, sets: list[str], expected: list[str]) -> None:
+    args: list[str | Path] = []
+    for s in ["config.clusters[0].name=a", "config.clusters[0].bootstrap_servers=k:9092", *sets]:
+        args += ["--set", s]
+    stderr = render_error(helm, *args)
+    for text in expected:
+        assert text in stderr, f"{text!r} not in:\n{stderr}"
+
+
+# ---- documentation of the values
+
+
+def value_paths(tree: Manifest, prefix: str = "") -> Iterator[str]:
+    """Leaf paths of values.yaml; maps whose keys are user data (spark.conf) count as leaves."""
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value and path != "config.spark.conf":
+            yield from value_paths(value, f"{path}.")
+        else:
+            yield path
+
+
+def test_chart_readme_lists_every_value(values: Manifest) -> None:
+    readme = (CHART / "README.md").read_text()
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    missing = [p for p in value_paths(values) if f"`{p}`" not in readme]
+    missing += [p for p in schema["properties"] if f"`{p}`" not in readme and f"`{p}." not in readme]
+    assert not missing, f"values not documented in {CHART.name}/README.md: {missing}"
+
+
+def test_values_hold_no_secret(values: Manifest) -> None:
+    for cluster in values["config"]["clusters"]:
+        assert not set(cluster.get("kafka") or {}) & SECRET_PROPERTIES
+    assert values["kafkaSecrets"] == []
