@@ -1,0 +1,374 @@
+"""Drivers that put real transactional states on a real broker.
+
+* :func:`run_transaction`: a committed or aborted transaction (confluent-kafka producer).
+* :class:`OpenTransaction`: a legitimate transaction the coordinator knows, kept open.
+* :func:`create_hanging_transaction`: a KIP-664 hanging transaction that no coordinator
+  knows: partition verification off on the leader, InitProducerId, then a raw Produce
+  (v <= 11) of a transactional batch WITHOUT AddPartitionsToTxn.
+* :func:`run_coordinator_timeout`: a transaction the coordinator aborts on its timeout
+  (KIP-588: CompleteAbort with a bumped epoch).
+* :func:`produce_plain`: non-transactional records, e.g. to grow LastStableOffsetLag
+  behind an open transaction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
+
+import kafka.errors as kafka_errors
+from confluent_kafka import Producer
+from confluent_kafka.admin import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
+from kafka.protocol.producer import ProduceRequest
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from exporter.testbed.broker import KafkaCluster
+from exporter.testbed.rawclient import CoordinatorTransaction, RawClient
+
+log = logging.getLogger(__name__)
+
+VERIFICATION_CONFIG = "transaction.partition.verification.enable"
+#: Highest Produce version that does not add the partition to the transaction itself.
+MAX_PRODUCE_VERSION_WITHOUT_IMPLICIT_ADD = 11
+#: Back-date a hanging transaction by this much to make it "late" for a broker with the
+#: default transaction.max.timeout.ms (15 min + Kafka's fixed 5 min buffer).
+DEFAULT_LATE_BACKDATE_MS = 60 * 60 * 1000
+
+
+def unique_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def _producer_config(bootstrap_servers: str, **extra: object) -> dict[str, object]:
+    config: dict[str, object] = {
+        "bootstrap.servers": bootstrap_servers,
+        "linger.ms": 0,
+        "logger": log,  # librdkafka logs to Python logging, not to stderr
+    }
+    config.update(extra)
+    return config
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionRun:
+    transactional_id: str
+    topic: str
+    partition: int
+    records: int
+    committed: bool
+
+
+def run_transaction(
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    partition: int = 0,
+    records: int = 3,
+    commit: bool = True,
+    transactional_id: str | None = None,
+    timeout_s: float = 30.0,
+) -> TransactionRun:
+    """One complete transaction with confluent-kafka's transactional producer."""
+    txn_id = transactional_id or unique_id("kte-txn")
+    with OpenTransaction(bootstrap_servers, topic, partition=partition,
+                         transactional_id=txn_id, timeout_s=timeout_s) as txn:  # fmt: skip
+        txn.begin(records=records)
+        if commit:
+            txn.commit()
+        else:
+            txn.abort()
+    return TransactionRun(txn_id, topic, partition, records, commit)
+
+
+class OpenTransaction:
+    """A legitimate transaction the coordinator knows, open until :meth:`commit`/:meth:`abort`.
+
+    Leaving the ``with`` block aborts it when still open.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        *,
+        partition: int = 0,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.transactional_id = transactional_id or unique_id("kte-open")
+        self.timeout_s = timeout_s
+        self.records_written = 0
+        self.is_open = False
+        self._producer = Producer(_producer_config(
+            bootstrap_servers,
+            **{
+                "transactional.id": self.transactional_id,
+                "transaction.timeout.ms": transaction_timeout_ms,
+            },
+        ))  # fmt: skip
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.is_open:
+            self.abort()
+
+    def begin(self, *, records: int = 1) -> Self:
+        """init_transactions, begin_transaction, and write ``records`` records (flushed)."""
+        self._producer.init_transactions(self.timeout_s)
+        self._producer.begin_transaction()
+        self.is_open = True
+        self.produce(records)
+        return self
+
+    def produce(self, records: int = 1) -> None:
+        for _ in range(records):
+            self._producer.produce(self.topic, value=b"txn", partition=self.partition)
+            self.records_written += 1
+        remaining = self._producer.flush(self.timeout_s)
+        if remaining:
+            raise TimeoutError(f"{remaining} transactional records not delivered")
+
+    def commit(self) -> None:
+        self._producer.commit_transaction(self.timeout_s)
+        self.is_open = False
+
+    def abort(self) -> None:
+        self._producer.abort_transaction(self.timeout_s)
+        self.is_open = False
+
+
+def produce_plain(bootstrap_servers: str, topic: str, *, partition: int = 0,
+                  records: int = 10, timeout_s: float = 30.0) -> None:  # fmt: skip
+    """Write ``records`` non-transactional records to one partition."""
+    producer = Producer(_producer_config(bootstrap_servers, acks="all"))
+    for _ in range(records):
+        producer.produce(topic, value=b"plain", partition=partition)
+    remaining = producer.flush(timeout_s)
+    if remaining:
+        raise TimeoutError(f"{remaining} plain records not delivered")
+
+
+# -- partition verification ---------------------------------------------------------------
+
+
+def set_verification(cluster: KafkaCluster, broker_id: int, enabled: bool | None) -> None:
+    """Set ``transaction.partition.verification.enable`` on one broker (``None``: remove the
+    dynamic override, back to the static default) and wait until the broker reports it."""
+    op = AlterConfigOpType.DELETE if enabled is None else AlterConfigOpType.SET
+    value = None if enabled is None else str(enabled).lower()
+    resource = ConfigResource(
+        ResourceType.BROKER, str(broker_id),
+        incremental_configs=[ConfigEntry(VERIFICATION_CONFIG, value, incremental_operation=op)],
+    )  # fmt: skip
+    admin = cluster.admin()
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=30)
+    expected = "true" if enabled is None else str(enabled).lower()
+    deadline = time.monotonic() + 30
+    while verification_value(cluster, broker_id) != expected:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{VERIFICATION_CONFIG} on broker {broker_id} is not {expected}")
+        time.sleep(0.2)
+
+
+def verification_value(cluster: KafkaCluster, broker_id: int) -> str:
+    resource = ConfigResource(ResourceType.BROKER, str(broker_id))
+    configs = cluster.admin().describe_configs([resource])[resource].result(timeout=30)
+    return str(configs[VERIFICATION_CONFIG].value)
+
+
+@contextlib.contextmanager
+def verification_disabled(cluster: KafkaCluster, broker_id: int) -> Iterator[None]:
+    """Partition verification off on one broker for the block, restored afterwards."""
+    set_verification(cluster, broker_id, False)
+    try:
+        yield
+    finally:
+        set_verification(cluster, broker_id, None)
+
+
+# -- the hanging transaction ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HangingTransaction:
+    """A transactional batch on a partition that no coordinator has in a transaction."""
+
+    transactional_id: str
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    start_offset: int
+    leader: int
+    coordinator: int
+    timestamp_ms: int  # CreateTime of its records: DescribeProducers' LastTimestamp
+
+
+def transactional_batch(producer_id: int, producer_epoch: int, *, records: int,
+                        timestamp_ms: int) -> bytes:  # fmt: skip
+    """A transactional record batch (magic 2, base sequence 0), as a real producer writes."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2, compression_type=0, is_transactional=True, producer_id=producer_id,
+        producer_epoch=producer_epoch, base_sequence=0, batch_size=1 << 20,
+    )  # fmt: skip
+    for offset in range(records):
+        builder.append(offset, timestamp=timestamp_ms, key=None, value=b"hanging", headers=[])
+    return bytes(builder.build())
+
+
+def _produce_raw(raw: RawClient, leader: int, transactional_id: str, topic: str,
+                 partition: int, batch: bytes) -> int:  # fmt: skip
+    """Produce v<=11 with a transactional id and no AddPartitionsToTxn: the base offset."""
+    data = ProduceRequest.TopicProduceData
+    request = ProduceRequest(
+        transactional_id=transactional_id,
+        acks=-1,
+        timeout_ms=30_000,
+        topic_data=[data(name=topic, partition_data=[
+            data.PartitionProduceData(index=partition, records=batch)
+        ])],
+        max_version=MAX_PRODUCE_VERSION_WITHOUT_IMPLICIT_ADD,
+    )  # fmt: skip
+    response = raw.send(leader, request)
+    result = response.responses[0].partition_responses[0]
+    error = kafka_errors.for_code(result.error_code)
+    if error is not kafka_errors.NoError:
+        raise error(f"raw Produce to {topic}-{partition}: {result.error_message}")
+    return int(result.base_offset)
+
+
+def create_hanging_transaction(
+    cluster: KafkaCluster,
+    topic: str,
+    *,
+    partition: int = 0,
+    transactional_id: str | None = None,
+    records: int = 1,
+    backdate_ms: int = 0,
+    restore_verification: bool = True,
+) -> HangingTransaction:
+    """Make a genuinely hanging transaction on ``topic``-``partition``.
+
+    ``backdate_ms`` moves the records' CreateTime into the past, so the transaction is
+    late at once (see :data:`DEFAULT_LATE_BACKDATE_MS`). With ``restore_verification``
+    False, verification stays off on the leader: call :func:`set_verification` later.
+    """
+    leader = cluster.leader_of(topic, partition)
+    # Coordinator and leader on different brokers when the cluster has more than one.
+    txn_id = transactional_id or cluster.transactional_id_coordinated_by(
+        "kte-hanging", avoid={leader}
+    )
+    timestamp_ms = int(time.time() * 1000) - backdate_ms
+    set_verification(cluster, leader, False)
+    try:
+        with RawClient(cluster.bootstrap_servers) as raw:
+            coordinator, producer_id, epoch = raw.init_producer_id(txn_id)
+            batch = transactional_batch(producer_id, epoch, records=records,
+                                        timestamp_ms=timestamp_ms)  # fmt: skip
+            offset = _produce_raw(raw, leader, txn_id, topic, partition, batch)
+    finally:
+        if restore_verification:
+            set_verification(cluster, leader, None)
+    hanging = HangingTransaction(txn_id, topic, partition, producer_id, epoch, offset,
+                                 leader, coordinator, timestamp_ms)  # fmt: skip
+    log.info("hanging transaction created: %s", hanging)
+    return hanging
+
+
+# -- the coordinator's timeout (KIP-588) ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TimedOutTransaction:
+    """A transaction seen Ongoing, then aborted by its coordinator's timeout."""
+
+    topic: str
+    partition: int
+    ongoing: CoordinatorTransaction
+    aborted: CoordinatorTransaction
+
+    @property
+    def transactional_id(self) -> str:
+        return self.ongoing.transactional_id
+
+
+def wait_for_transaction_state(
+    bootstrap_servers: str, transactional_id: str, states: set[str], *, timeout_s: float = 60.0
+) -> CoordinatorTransaction:
+    """Poll DescribeTransactions until the id is in one of ``states``."""
+    deadline = time.monotonic() + timeout_s
+    with RawClient(bootstrap_servers) as raw:
+        while True:
+            described = raw.describe_transaction(transactional_id)
+            if described.state in states:
+                return described
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{transactional_id} still {described.state}, not {states}")
+            time.sleep(0.5)
+
+
+def run_coordinator_timeout(
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    partition: int = 0,
+    transactional_id: str | None = None,
+    transaction_timeout_ms: int = 5_000,
+    wait_timeout_s: float = 90.0,
+) -> TimedOutTransaction:
+    """Begin a transaction, write, then go quiet until the coordinator aborts it.
+
+    The broker notices expired transactions every
+    ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` (10 s by default).
+    """
+    txn = OpenTransaction(bootstrap_servers, topic, partition=partition,
+                          transactional_id=transactional_id or unique_id("kte-timeout"),
+                          transaction_timeout_ms=transaction_timeout_ms)  # fmt: skip
+    txn.begin(records=1)
+    ongoing = wait_for_transaction_state(bootstrap_servers, txn.transactional_id, {"Ongoing"})
+    aborted = wait_for_transaction_state(
+        bootstrap_servers, txn.transactional_id, {"CompleteAbort"}, timeout_s=wait_timeout_s
+    )
+    txn.is_open = False  # the coordinator ended it; the producer is fenced now
+    return TimedOutTransaction(topic, partition, ongoing, aborted)
+
+
+__all__ = [
+    "DEFAULT_LATE_BACKDATE_MS",
+    "HangingTransaction",
+    "OpenTransaction",
+    "TimedOutTransaction",
+    "TransactionRun",
+    "create_hanging_transaction",
+    "produce_plain",
+    "run_coordinator_timeout",
+    "run_transaction",
+    "set_verification",
+    "transactional_batch",
+    "unique_id",
+    "verification_disabled",
+    "verification_value",
+    "wait_for_transaction_state",
+]
