@@ -87,6 +87,8 @@ class ClusterJob:
         self._store = store
         self._metrics = metrics
         self._clock = clock
+        self._running = threading.Lock()
+        self._stopping = threading.Event()
 
     @classmethod
     def build(cls, cluster: ClusterConfig, pipeline: PipelineRunner, store: StateStore,
@@ -100,9 +102,25 @@ class ClusterJob:
         return cls(cluster, collector, pipeline, store, metrics)
 
     def close(self) -> None:
+        """No new cycle; the Kafka clients close, so a cycle in flight fails fast."""
+        self._stopping.set()
         self._collector.close()
 
+    def wait_idle(self, wait_s: float = 10.0) -> None:
+        if self._running.acquire(timeout=wait_s):
+            self._running.release()
+        else:
+            log.warning("cycle for cluster %s still running after %.0f s", self.cluster.name, wait_s)
+
     def run_cycle(self) -> None:
+        if self._stopping.is_set() or not self._running.acquire(blocking=False):
+            return
+        try:
+            self._run_cycle()
+        finally:
+            self._running.release()
+
+    def _run_cycle(self) -> None:
         name = self.cluster.name
         started = time.monotonic()
         state = self._store.get(name)
@@ -145,6 +163,8 @@ class ClusterJob:
         ), "complete" if complete else "partial", started)
 
     def _finish(self, state: ClusterState, outcome: str, started: float) -> None:
+        if self._stopping.is_set():
+            return  # a cycle cut short by stop() publishes nothing
         self._store.put(state)
         seconds = time.monotonic() - started
         self._metrics.cycles.labels(self.cluster.name, outcome).inc()
@@ -241,7 +261,8 @@ class Daemon:
         self._server_thread.start()
 
     def stop(self) -> None:
-        """Stop promptly: running cycles are abandoned, not awaited."""
+        """Stop within seconds: no new cycle starts, a cycle in flight has its Kafka clients
+        closed under it and is waited for briefly, then Spark stops."""
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
@@ -251,7 +272,9 @@ class Daemon:
             self._server = None
         for job in self.jobs:
             job.close()
-        self.pipeline.stop()
+        self.pipeline.stop()  # an in-flight Spark job fails with it
+        for job in self.jobs:
+            job.wait_idle()
         log.info("exporter stopped")
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from exporter.kafka.clients import confluent_config, kafka_python_config
@@ -54,6 +54,8 @@ class ClusterMetadata:
     #: (topic, partition) -> leader broker id (-1 when leaderless)
     leaders: Mapping[tuple[str, int], int]
     controller_id: int = -1
+    #: (topic, partition) -> replica broker ids (the CLI's ``find-hanging --broker-id``)
+    replicas: Mapping[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,10 +85,16 @@ class ClusterAdmin:
         self.request_timeout_ms = request_timeout_ms
         self._confluent: Any = None
         self._kafka: Any = None
+        self._closed = False
 
     # -- lifecycle ---------------------------------------------------------------
 
     def close(self) -> None:
+        """Close both clients for good: later calls raise KafkaUnavailable."""
+        self._closed = True
+        self._drop_clients()
+
+    def _drop_clients(self) -> None:
         if self._kafka is not None:
             try:
                 self._kafka.close()
@@ -102,6 +110,7 @@ class ClusterAdmin:
         self.close()
 
     def _admin(self) -> Any:
+        self._check_open()
         if self._confluent is None:
             from confluent_kafka.admin import AdminClient
 
@@ -111,6 +120,7 @@ class ClusterAdmin:
 
     def _kafka_client(self) -> Any:
         """kafka-python's admin client, created on first use and again after a failure."""
+        self._check_open()
         if self._kafka is None:
             from kafka import KafkaAdminClient
 
@@ -121,6 +131,10 @@ class ClusterAdmin:
                 raise KafkaUnavailable(
                     f"cannot bootstrap from {self.bootstrap_servers}: {error_name(e)}: {e}") from e
         return self._kafka
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaUnavailable("the admin client is closed")
 
     @property
     def _timeout_s(self) -> float:
@@ -138,6 +152,7 @@ class ClusterAdmin:
         brokers = tuple(sorted((Broker(b.id, b.host, b.port) for b in md.brokers.values()),
                                key=lambda b: b.broker_id))
         leaders: dict[tuple[str, int], int] = {}
+        replicas: dict[tuple[str, int], tuple[int, ...]] = {}
         for name, topic in md.topics.items():
             if topic_filter is not None and not topic_filter(name):
                 continue
@@ -145,8 +160,9 @@ class ClusterAdmin:
                 continue
             for pid, partition in topic.partitions.items():
                 leaders[(name, pid)] = partition.leader
+                replicas[(name, pid)] = tuple(partition.replicas)
         return ClusterMetadata(brokers=brokers, leaders=leaders,
-                               controller_id=getattr(md, "controller_id", -1))
+                               controller_id=getattr(md, "controller_id", -1), replicas=replicas)
 
     def broker_configs(self, broker_ids: Iterable[int]) -> Collected[BrokerConfig]:
         """Transaction settings of each broker (DescribeConfigs, all brokers at once)."""
@@ -212,11 +228,11 @@ class ClusterAdmin:
         client = self._kafka_client()
         try:
             return client._manager.run(coro, *args)
-        except KafkaUnavailable:
+        except (KafkaUnavailable, KafkaRequestError):
             raise
         except Exception:
             # A broken client (closed loop, lost bootstrap) is rebuilt on the next call.
-            self.close()
+            self._drop_clients()
             raise
 
     async def _send_all(self, requests: Sequence[tuple[K, int, Any]]

@@ -1,0 +1,1 @@
+"""Operator commands: look at and act on transactions (the kafka-transactions.sh verbs)."""
