@@ -410,32 +410,22 @@ class ClusterAdmin:
                                 ) -> Collected[BatchTimestamp]:
         from kafka.protocol.consumer.fetch import FetchRequest
 
-        # A Fetch reads one offset per partition; several open transactions on one
-        # partition (different producers) go in further requests, sent together.
+        # One Fetch per wanted offset, all in flight together: a broker returns a batch
+        # larger than partition_max_bytes only for the first partition of a request, and
+        # one byte is all we ask for. Only open transactions the coordinator does not
+        # cover need this, and each is read once (the collector caches the timestamps).
         requests = []
         for broker_id, items in offsets_by_broker.items():
-            rounds: list[dict[tuple[str, int], int]] = []
             for topic, partition, offset in sorted(set(items)):
-                for wanted in rounds:
-                    if (topic, partition) not in wanted:
-                        break
-                else:
-                    wanted = {}
-                    rounds.append(wanted)
-                wanted[(topic, partition)] = offset
-            for wanted in rounds:
-                by_topic: dict[str, list[Any]] = defaultdict(list)
-                for (topic, partition), offset in wanted.items():
-                    by_topic[topic].append(FetchRequest.FetchTopic.FetchPartition(
-                        partition=partition, current_leader_epoch=-1, fetch_offset=offset,
-                        last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1))
                 request = FetchRequest(
-                    replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1024 * 1024,
+                    replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1,
                     isolation_level=0, session_id=0, session_epoch=-1,
-                    topics=[FetchRequest.FetchTopic(topic=t, partitions=ps)
-                            for t, ps in sorted(by_topic.items())],
+                    topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
+                        FetchRequest.FetchTopic.FetchPartition(
+                            partition=partition, current_leader_epoch=-1, fetch_offset=offset,
+                            last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1)])],
                     forgotten_topics_data=[], rack_id="", min_version=4, max_version=12)
-                requests.append((wanted, broker_id, request))
+                requests.append(({(topic, partition): offset}, broker_id, request))
         rows: list[BatchTimestamp] = []
         errors: list[CollectionError] = []
         for wanted, broker_id, response in await self._send_all(requests):

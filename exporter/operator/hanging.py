@@ -63,11 +63,17 @@ def local_spark() -> Iterator[SparkSession]:
     if active is not None:
         yield active
         return
+    # getActiveSession is per thread: a session started by another thread of this process
+    # (a test's, the daemon's) is reused by getOrCreate below and must not be stopped here.
+    from pyspark import SparkContext
+
+    existed = SparkContext._active_spark_context is not None
     session = spark_session(SparkConfig(master="local[2]", app_name="kafka-txn-exporter-cli"))
     try:
         yield session
     finally:
-        stop(session)
+        if not existed:
+            stop(session)
 
 
 @dataclass(frozen=True)

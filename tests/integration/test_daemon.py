@@ -292,3 +292,19 @@ clusters:
                 proc.kill()
                 proc.wait()
     assert "exporter stopped" in log_path.read_text()
+
+
+def test_start_time_of_every_hanging_transaction_comes_from_its_batch(
+    kafka: KafkaCluster, topic: str, hanging: HangingFactory, daemon_for: Callable[..., Daemon],
+) -> None:
+    """Several uncovered transactions on one broker: each gets its own batch timestamp."""
+    made = [hanging(topic, partition=p, backdate_ms=LATE_BACKDATE_MS + p * 60_000) for p in range(3)]
+    registry = cycle(daemon_for(kafka.bootstrap_servers, topics={"allow": [topic]}))
+    found = {int(s["partition"]): s for s in hanging_series(registry) if s["topic"] == topic}
+    assert sorted(found) == [0, 1, 2]
+    assert {s["start_time_source"] for s in found.values()} == {"batch_timestamp"}
+    for txn in made:
+        age = value(registry, "kafka_txn_partition_max_active_transaction_duration_seconds",
+                    topic=topic, partition=str(txn.partition))
+        assert age is not None
+        assert abs(age - (time.time() * 1000 - txn.timestamp_ms) / 1000) < 120

@@ -1,0 +1,219 @@
+"""Benchmark of one pipeline cycle on synthetic snapshots.
+
+Builds snapshots of several sizes with a realistic mix (most partitions without an active
+producer, a share with idempotent or transactional producers, a few open transactions, a
+handful of hanging/late/2PC/unreadable ones), runs :func:`exporter.pipeline.compute.compute`
+warm a few times per size on one Spark session, and prints the figures side by side:
+seconds per cycle (median and max of the warm runs), Spark actions per cycle, the driver's
+resident memory (the Python process and, in local mode, the JVM it started).
+
+    .venv/bin/python bench/pipeline_bench.py                  # 1k, 10k, 100k partitions
+    .venv/bin/python bench/pipeline_bench.py --sizes 1000 --runs 5
+    .venv/bin/python bench/pipeline_bench.py --conf spark.sql.shuffle.partitions=1
+
+No assertion on time: the figures are for reading, not for CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from exporter.config import SparkConfig
+from exporter.model import (
+    TWO_PHASE_COMMIT_TIMEOUT_MS,
+    BatchTimestamp,
+    Broker,
+    BrokerConfig,
+    ClusterSnapshot,
+    CycleResult,
+    ListedTransaction,
+    PartitionOffsets,
+    PipelineSettings,
+    ProducerState,
+    TopicPartition,
+    TransactionDescription,
+)
+from exporter.pipeline.compute import ComputeStats, compute
+from exporter.pipeline.session import spark_session, stop
+
+NOW = 1_700_000_000_000
+MIN = 60_000
+BROKERS = 6
+PARTITIONS_PER_TOPIC = 24
+#: Share of partitions with at least one active producer (DescribeProducers rows).
+PRODUCER_SHARE = 0.3
+#: Share of producer rows that are transactional with an open transaction right now.
+OPEN_SHARE = 0.1
+#: Among open transactions: hanging (no coordinator), late-but-owned, 2PC, unreadable.
+HANGING_SHARE = 0.01
+LATE_SHARE = 0.02
+TWO_PHASE_SHARE = 0.005
+
+
+def synthetic_snapshot(partitions: int, seed: int = 7) -> ClusterSnapshot:
+    rng = random.Random(seed)
+    brokers = tuple(Broker(b, f"broker-{b}", 9092) for b in range(1, BROKERS + 1))
+    offsets: list[PartitionOffsets] = []
+    producers: list[ProducerState] = []
+    listed: list[ListedTransaction] = []
+    described: list[TransactionDescription] = []
+    batches: list[BatchTimestamp] = []
+    next_pid = 1000
+    for i in range(partitions):
+        topic, p = f"topic-{i // PARTITIONS_PER_TOPIC}", i % PARTITIONS_PER_TOPIC
+        leader = 1 + i % BROKERS
+        hw = rng.randrange(0, 10_000_000)
+        if rng.random() >= PRODUCER_SHARE:
+            offsets.append(PartitionOffsets(topic, p, leader, hw, hw))
+            continue
+        lso = hw
+        for _ in range(rng.randint(1, 3)):
+            next_pid += 1
+            pid, epoch = next_pid, rng.randrange(0, 50)
+            open_txn = rng.random() < OPEN_SHARE
+            start = hw - rng.randrange(1, 5000) if open_txn else -1
+            last_ts = NOW - rng.randrange(1, 60_000)
+            producers.append(ProducerState(topic, p, leader, pid, epoch, rng.randrange(0, 10**6),
+                                           last_ts, rng.randrange(0, 20), start))
+            if not open_txn:
+                continue
+            lso = min(lso, start)
+            tid = f"app-{pid}"
+            coordinator = 1 + pid % BROKERS
+            kind = rng.random()
+            if kind < HANGING_SHARE:  # the coordinator forgot it (KIP-664)
+                batches.append(BatchTimestamp(topic, p, start, NOW - 3 * 3_600_000))
+                continue
+            timeout, started = MIN, NOW - rng.randrange(1, 50_000)
+            if kind < HANGING_SHARE + LATE_SHARE:
+                started = NOW - 40 * MIN
+            elif kind < HANGING_SHARE + LATE_SHARE + TWO_PHASE_SHARE:
+                timeout, started = TWO_PHASE_COMMIT_TIMEOUT_MS, NOW - 3 * 86_400_000
+            listed.append(ListedTransaction(coordinator, tid, pid, "Ongoing"))
+            described.append(TransactionDescription(
+                coordinator, tid, None, "Ongoing", timeout, started, pid, epoch,
+                (TopicPartition(topic, p),)))
+        offsets.append(PartitionOffsets(topic, p, leader, hw, lso))
+    return ClusterSnapshot(
+        cluster="bench",
+        taken_at_ms=NOW,
+        brokers=brokers,
+        broker_configs=tuple(BrokerConfig(b.broker_id) for b in brokers),
+        partitions=tuple(offsets),
+        producers=tuple(producers),
+        listed_transactions=tuple(listed),
+        transactions=tuple(described),
+        batch_timestamps=tuple(batches),
+        coordinators_listed=frozenset(b.broker_id for b in brokers),
+    )
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def _jvm_pids() -> list[int]:
+    """Child processes of this one that run java (the local-mode Spark driver JVM)."""
+    pids = []
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            if ppid == me and "java" in (entry / "comm").read_text():
+                pids.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return pids
+
+
+@dataclass
+class Figures:
+    partitions: int
+    producers: int
+    open_txns: int
+    build_s: float
+    median_s: float
+    max_s: float
+    actions: int
+    findings: int
+    python_rss_mb: float
+    jvm_rss_mb: float
+
+
+def bench(spark: SparkSession, partitions: int, runs: int) -> Figures:
+    started = time.perf_counter()
+    snap = synthetic_snapshot(partitions)
+    build_s = time.perf_counter() - started
+    settings = PipelineSettings()
+    previous: CycleResult = compute(spark, snap, settings, None, NOW)
+    times = []
+    stats = ComputeStats()
+    result = previous
+    for i in range(runs):
+        stats = ComputeStats()
+        t = time.perf_counter()
+        now = NOW + (i + 1) * 30_000
+        result = compute(spark, snap, settings, previous, now, stats=stats)
+        times.append(time.perf_counter() - t)
+        previous = result
+    return Figures(
+        partitions=partitions,
+        producers=len(snap.producers),
+        open_txns=sum(1 for p in snap.producers if p.current_txn_start_offset >= 0),
+        build_s=build_s,
+        median_s=statistics.median(times),
+        max_s=max(times),
+        actions=stats.actions,
+        findings=len(result.findings),
+        python_rss_mb=_rss_mb(os.getpid()),
+        jvm_rss_mb=sum(_rss_mb(pid) for pid in _jvm_pids()),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
+    parser.add_argument("--runs", type=int, default=3, help="warm runs per size")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--driver-memory", default="1g")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra Spark setting, repeatable")
+    args = parser.parse_args()
+
+    conf = dict(item.split("=", 1) for item in args.conf)
+    spark = spark_session(
+        SparkConfig(master=args.master, driver_memory=args.driver_memory, conf=conf)
+    )
+    try:
+        rows = [bench(spark, n, args.runs) for n in args.sizes]
+    finally:
+        stop(spark)
+    header = (f"{'partitions':>10} {'producers':>9} {'open':>6} {'snap_s':>7} {'cycle_s':>8} "
+              f"{'max_s':>7} {'actions':>7} {'findings':>8} {'py_rss_mb':>9} {'jvm_rss_mb':>10}")
+    print(header)
+    for r in rows:
+        print(f"{r.partitions:>10} {r.producers:>9} {r.open_txns:>6} {r.build_s:>7.2f} "
+              f"{r.median_s:>8.2f} {r.max_s:>7.2f} {r.actions:>7} {r.findings:>8} "
+              f"{r.python_rss_mb:>9.0f} {r.jvm_rss_mb:>10.0f}")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+
+
+if __name__ == "__main__":
+    main()

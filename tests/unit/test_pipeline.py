@@ -1,0 +1,730 @@
+"""The pipeline on small fixture snapshots: one test (or a few) per definition in
+docs/metrics.md. No Kafka broker; one local Spark session for the whole run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pytest
+from pyspark.sql import SparkSession
+
+from exporter.config import SparkConfig
+from exporter.model import (
+    COORDINATOR_STATES,
+    DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
+    TWO_PHASE_COMMIT_TIMEOUT_MS,
+    BatchTimestamp,
+    Broker,
+    BrokerConfig,
+    ClusterSnapshot,
+    CollectionError,
+    CycleResult,
+    Finding,
+    HangingReason,
+    ListedTransaction,
+    PartitionOffsets,
+    PipelineSettings,
+    ProducerState,
+    StartTimeSource,
+    TopicPartition,
+    TransactionDescription,
+    TxnClass,
+)
+from exporter.pipeline.compute import ComputeStats, compute
+from exporter.pipeline.session import session_conf
+
+NOW = 1_700_000_000_000
+SEC = 1000
+MIN = 60 * SEC
+DAY = 24 * 60 * MIN
+PID = 4242
+TID = "orders-tx"
+
+pytestmark = pytest.mark.spark
+
+# --- fixture builders ------------------------------------------------------------------------
+
+
+def producer(
+    topic: str = "t",
+    partition: int = 0,
+    *,
+    pid: int = PID,
+    epoch: int = 5,
+    start: int = 100,
+    last_ts: int = NOW - MIN,
+    broker: int = 1,
+) -> ProducerState:
+    return ProducerState(
+        topic=topic,
+        partition=partition,
+        broker_id=broker,
+        producer_id=pid,
+        producer_epoch=epoch,
+        last_sequence=7,
+        last_timestamp_ms=last_ts,
+        coordinator_epoch=3,
+        current_txn_start_offset=start,
+    )
+
+
+def offsets(
+    topic: str = "t", partition: int = 0, *, leader: int = 1, hw: int = 150, lso: int = 100
+) -> PartitionOffsets:
+    return PartitionOffsets(topic, partition, leader, high_watermark=hw, last_stable_offset=lso)
+
+
+def listed(
+    tid: str = TID, pid: int = PID, state: str = "Ongoing", coord: int = 1
+) -> ListedTransaction:
+    return ListedTransaction(
+        coordinator_id=coord, transactional_id=tid, producer_id=pid, state=state
+    )
+
+
+def described(
+    tid: str = TID,
+    *,
+    pid: int = PID,
+    epoch: int = 5,
+    state: str = "Ongoing",
+    parts: Iterable[tuple[str, int]] = (("t", 0),),
+    start: int = NOW - 2 * MIN,
+    timeout: int = MIN,
+    coord: int = 1,
+    error: str | None = None,
+) -> TransactionDescription:
+    return TransactionDescription(
+        coordinator_id=coord,
+        transactional_id=tid,
+        error=error,
+        state=state,
+        timeout_ms=timeout,
+        start_time_ms=start,
+        producer_id=pid,
+        producer_epoch=epoch,
+        partitions=tuple(TopicPartition(t, p) for t, p in parts),
+    )
+
+
+def snapshot(
+    *,
+    producers: Iterable[ProducerState] = (),
+    partitions: Iterable[PartitionOffsets] | None = None,
+    listed_txns: Iterable[ListedTransaction] = (),
+    txns: Iterable[TransactionDescription] = (),
+    batches: Iterable[BatchTimestamp] = (),
+    brokers: Iterable[int] = (1,),
+    configs: Iterable[BrokerConfig] | None = None,
+    coordinators_listed: Iterable[int] | None = None,
+    errors: Iterable[CollectionError] = (),
+) -> ClusterSnapshot:
+    producers = tuple(producers)
+    broker_ids = tuple(brokers)
+    if partitions is None:
+        partitions = {
+            (p.topic, p.partition): offsets(p.topic, p.partition) for p in producers
+        }.values()
+    return ClusterSnapshot(
+        cluster="c1",
+        taken_at_ms=NOW,
+        brokers=tuple(Broker(b, f"b{b}", 9092) for b in broker_ids),
+        broker_configs=tuple(configs) if configs is not None else tuple(
+            BrokerConfig(b) for b in broker_ids
+        ),
+        partitions=tuple(partitions),
+        producers=producers,
+        listed_transactions=tuple(listed_txns),
+        transactions=tuple(txns),
+        batch_timestamps=tuple(batches),
+        errors=tuple(errors),
+        coordinators_listed=frozenset(broker_ids if coordinators_listed is None
+                                      else coordinators_listed),
+    )
+
+
+AT_ONCE = PipelineSettings(hanging_confirm_cycles=1)
+
+
+def run(
+    spark: SparkSession,
+    snap: ClusterSnapshot,
+    settings: PipelineSettings = AT_ONCE,
+    previous: CycleResult | None = None,
+    now: int = NOW,
+) -> CycleResult:
+    return compute(spark, snap, settings, previous, now)
+
+
+def by_class(result: CycleResult) -> dict[TxnClass, int]:
+    return dict(result.open_transactions_by_class)
+
+
+def only(result: CycleResult) -> Finding:
+    assert len(result.findings) == 1, result.findings
+    return result.findings[0]
+
+
+def legit_snapshot() -> ClusterSnapshot:
+    """One open transaction its coordinator owns (Ongoing, includes the partition)."""
+    return snapshot(producers=[producer()], listed_txns=[listed()], txns=[described()])
+
+
+# --- open vs no open transaction -------------------------------------------------------------
+
+
+def test_producer_without_open_transaction_is_not_counted(spark: SparkSession) -> None:
+    result = run(spark, snapshot(producers=[producer(start=-1)]))
+    assert result.findings == ()
+    assert set(by_class(result)) == set(TxnClass)
+    assert all(n == 0 for n in by_class(result).values())
+    (part,) = result.partitions
+    assert part.max_active_transaction_duration_ms is None
+    assert part.lso_lag == 50
+
+
+def test_open_transaction_owned_by_its_coordinator_is_ongoing(spark: SparkSession) -> None:
+    result = run(spark, legit_snapshot())
+    assert result.findings == ()  # plain ongoing transactions are counted, not listed
+    assert by_class(result)[TxnClass.ONGOING] == 1
+    assert sum(by_class(result).values()) == 1
+    assert result.hanging_candidates == ()
+    (part,) = result.partitions
+    assert part.max_active_transaction_duration_ms == 2 * MIN
+
+
+# --- hanging reasons -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("listed_txns", "txns", "reason"),
+    [
+        ([], [], HangingReason.NO_TRANSACTIONAL_ID),
+        ([listed()], [described(error="TRANSACTIONAL_ID_NOT_FOUND", state="", parts=())],
+         HangingReason.TRANSACTIONAL_ID_NOT_FOUND),
+        ([listed()], [described(pid=PID + 1)], HangingReason.PRODUCER_ID_CHANGED),
+        ([listed(state="Empty")], [described(state="Empty", parts=(), start=-1)],
+         HangingReason.COORDINATOR_NOT_OPEN),
+        ([listed(state="CompleteCommit")], [described(state="CompleteCommit", parts=())],
+         HangingReason.COORDINATOR_NOT_OPEN),
+        ([listed(state="CompleteAbort")], [described(state="CompleteAbort", parts=())],
+         HangingReason.COORDINATOR_NOT_OPEN),
+        ([listed(state="Dead")], [described(state="Dead", parts=())],
+         HangingReason.COORDINATOR_NOT_OPEN),
+        ([listed()], [described(parts=[("t", 1), ("other", 0)])],
+         HangingReason.PARTITION_NOT_IN_TRANSACTION),
+    ],
+    ids=["not-listed", "id-not-found", "pid-changed", "empty", "complete-commit",
+         "complete-abort", "dead", "partition-not-in-txn"],
+)
+def test_each_hanging_reason(
+    spark: SparkSession,
+    listed_txns: list[ListedTransaction],
+    txns: list[TransactionDescription],
+    reason: HangingReason,
+) -> None:
+    result = run(spark, snapshot(producers=[producer()], listed_txns=listed_txns, txns=txns))
+    finding = only(result)
+    assert finding.txn_class is TxnClass.HANGING
+    assert finding.hanging
+    assert finding.hanging_reason is reason
+    assert (finding.topic, finding.partition, finding.producer_id, finding.start_offset) == (
+        "t", 0, PID, 100)
+    assert finding.broker_id == 1
+    assert finding.transactional_id == (None if reason is HangingReason.NO_TRANSACTIONAL_ID
+                                        else TID)
+    assert by_class(result)[TxnClass.HANGING] == 1
+    assert result.brokers[0].hanging_transactions == 1
+    assert result.hanging_candidates == ((("t", 0, PID, 100), 1),)
+
+
+def test_legitimate_owner_wins_over_a_stale_listing(spark: SparkSession) -> None:
+    # Two ids listed for the producer id: one stale (not found), one that owns the partition.
+    snap = snapshot(
+        producers=[producer()],
+        listed_txns=[listed("stale"), listed()],
+        txns=[described("stale", error="TRANSACTIONAL_ID_NOT_FOUND", parts=()), described()],
+    )
+    assert by_class(run(spark, snap))[TxnClass.ONGOING] == 1
+
+
+def test_tv2_epoch_bump_during_prepare_commit_is_not_hanging(spark: SparkSession) -> None:
+    # KIP-890: the coordinator already shows epoch E+1, the unmarked partition still E.
+    snap = snapshot(
+        producers=[producer(epoch=5)],
+        listed_txns=[listed(state="PrepareCommit")],
+        txns=[described(state="PrepareCommit", epoch=6)],
+    )
+    result = run(spark, snap)
+    assert result.findings == ()
+    assert by_class(result)[TxnClass.ONGOING] == 1
+
+
+# --- unknown when the coordinator side could not be read -------------------------------------
+
+
+@pytest.mark.parametrize(
+    "snap",
+    [
+        # broker 2 did not answer ListTransactions: it might be the one listing the id
+        snapshot(producers=[producer()], brokers=(1, 2), coordinators_listed=(1,)),
+        # ListTransactions failed and was recorded as an error
+        snapshot(producers=[producer()],
+                 errors=[CollectionError("ListTransactions", "TIMEOUT", broker_id=1)]),
+        # no coordinator answered at all and no broker is known
+        snapshot(producers=[producer()], brokers=(), coordinators_listed=()),
+        # listed, but DescribeTransactions failed for another reason than not-found
+        snapshot(producers=[producer()], listed_txns=[listed()],
+                 txns=[described(error="COORDINATOR_NOT_AVAILABLE", state="", parts=())]),
+        # listed, but not described at all
+        snapshot(producers=[producer()], listed_txns=[listed()]),
+    ],
+    ids=["broker-not-listed", "list-error", "nothing-listed", "describe-error", "not-described"],
+)
+def test_unreadable_coordinator_side_is_unknown_not_hanging(
+    spark: SparkSession, snap: ClusterSnapshot
+) -> None:
+    result = run(spark, snap)
+    finding = only(result)
+    assert finding.txn_class is TxnClass.UNKNOWN
+    assert finding.hanging_reason is None
+    assert result.hanging_candidates == ()
+    assert by_class(result)[TxnClass.UNKNOWN] == 1
+    assert all(b.hanging_transactions == 0 for b in result.brokers)
+
+
+# --- confirmation over cycles ----------------------------------------------------------------
+
+
+def test_candidate_is_suspected_then_hanging_in_the_second_cycle(spark: SparkSession) -> None:
+    settings = PipelineSettings(hanging_confirm_cycles=2)
+    snap = snapshot(producers=[producer()])
+    first = run(spark, snap, settings)
+    assert only(first).txn_class is TxnClass.SUSPECTED_HANGING
+    assert only(first).hanging_reason is HangingReason.NO_TRANSACTIONAL_ID
+    assert first.hanging_candidates == ((("t", 0, PID, 100), 1),)
+    assert first.brokers[0].hanging_transactions == 0
+
+    second = run(spark, snap, settings, previous=first, now=NOW + 30 * SEC)
+    assert only(second).txn_class is TxnClass.HANGING
+    assert second.hanging_candidates == ((("t", 0, PID, 100), 2),)
+    assert second.brokers[0].hanging_transactions == 1
+
+    third = run(spark, snap, settings, previous=second, now=NOW + 60 * SEC)
+    assert only(third).txn_class is TxnClass.HANGING
+    assert third.hanging_candidates == ((("t", 0, PID, 100), 3),)
+
+
+def test_confirmation_resets_when_the_start_offset_changes(spark: SparkSession) -> None:
+    settings = PipelineSettings(hanging_confirm_cycles=2)
+    first = run(spark, snapshot(producers=[producer(start=100)]), settings)
+    second = run(spark, snapshot(producers=[producer(start=180)]), settings, previous=first)
+    assert only(second).txn_class is TxnClass.SUSPECTED_HANGING
+    assert second.hanging_candidates == ((("t", 0, PID, 180), 1),)
+
+
+def test_confirmation_resets_when_the_candidate_goes_away(spark: SparkSession) -> None:
+    settings = PipelineSettings(hanging_confirm_cycles=2)
+    first = run(spark, snapshot(producers=[producer()]), settings)
+    second = run(spark, legit_snapshot(), settings, previous=first)
+    assert second.hanging_candidates == ()
+    third = run(spark, snapshot(producers=[producer()]), settings, previous=second)
+    assert only(third).txn_class is TxnClass.SUSPECTED_HANGING
+
+
+# --- start time and duration -----------------------------------------------------------------
+
+
+def test_start_time_comes_from_the_coordinator_first(spark: SparkSession) -> None:
+    # The producer wrote a minute ago, but the transaction started 20 minutes ago: the
+    # duration is measured from the start, not from LastTimestamp.
+    snap = snapshot(
+        producers=[producer(last_ts=NOW - MIN)],
+        listed_txns=[listed()],
+        txns=[described(start=NOW - 20 * MIN, timeout=DAY)],
+        batches=[BatchTimestamp("t", 0, 100, NOW - 19 * MIN)],
+    )
+    result = run(spark, snap, PipelineSettings(late_padding_ms=0))
+    (part,) = result.partitions
+    assert part.max_active_transaction_duration_ms == 20 * MIN
+
+
+def test_start_time_from_batch_timestamp_when_coordinator_does_not_own_it(
+    spark: SparkSession,
+) -> None:
+    snap = snapshot(
+        producers=[producer(last_ts=NOW - MIN)],
+        batches=[
+            BatchTimestamp("t", 0, 100, NOW - 30 * MIN),
+            BatchTimestamp("t", 0, 99, NOW - 99 * MIN),  # another offset: ignored
+        ],
+    )
+    finding = only(run(spark, snap))
+    assert finding.start_time_source is StartTimeSource.BATCH_TIMESTAMP
+    assert finding.start_time_ms == NOW - 30 * MIN
+    assert finding.duration_ms == 30 * MIN
+    assert finding.last_timestamp_ms == NOW - MIN
+
+
+def test_start_time_falls_back_to_last_timestamp(spark: SparkSession) -> None:
+    finding = only(run(spark, snapshot(producers=[producer(last_ts=NOW - 7 * MIN)])))
+    assert finding.start_time_source is StartTimeSource.LAST_TIMESTAMP
+    assert finding.start_time_ms == NOW - 7 * MIN
+    assert finding.duration_ms == 7 * MIN
+
+
+def test_coordinator_start_time_needs_an_open_owner_including_the_partition(
+    spark: SparkSession,
+) -> None:
+    # Open but without the partition: its start time says nothing about this partition.
+    snap = snapshot(
+        producers=[producer(last_ts=NOW - MIN)],
+        listed_txns=[listed()],
+        txns=[described(parts=[("t", 1)], start=NOW - 40 * MIN)],
+        batches=[BatchTimestamp("t", 0, 100, NOW - 10 * MIN)],
+    )
+    finding = only(run(spark, snap))
+    assert finding.start_time_source is StartTimeSource.BATCH_TIMESTAMP
+    assert finding.duration_ms == 10 * MIN
+
+
+def test_coordinator_source_is_reported_on_findings(spark: SparkSession) -> None:
+    snap = snapshot(
+        producers=[producer(last_ts=NOW - MIN)],
+        listed_txns=[listed()],
+        txns=[described(start=NOW - 30 * MIN, timeout=MIN)],
+    )
+    finding = only(run(spark, snap, PipelineSettings(late_padding_ms=0)))
+    assert finding.txn_class is TxnClass.LATE
+    assert finding.start_time_source is StartTimeSource.COORDINATOR
+    assert finding.start_time_ms == NOW - 30 * MIN
+    assert finding.coordinator_state == "Ongoing"
+    assert finding.coordinator_id == 1
+    assert finding.transaction_timeout_ms == MIN
+
+
+# --- late ------------------------------------------------------------------------------------
+
+
+def test_late_uses_each_leaders_own_max_timeout_and_the_padding(spark: SparkSession) -> None:
+    started = NOW - 10 * MIN
+    producers = [
+        producer("a", 0, pid=1, broker=1),
+        producer("b", 0, pid=2, broker=2),
+        producer("c", 0, pid=3, broker=3),  # no BrokerConfig: Kafka's default 15 minutes
+    ]
+    snap = snapshot(
+        producers=producers,
+        partitions=[offsets("a", leader=1), offsets("b", leader=2), offsets("c", leader=3)],
+        listed_txns=[listed(f"tx{i}", pid=i) for i in (1, 2, 3)],
+        txns=[described(f"tx{i}", pid=i, parts=[(t, 0)], start=started, timeout=MIN)
+              for i, t in ((1, "a"), (2, "b"), (3, "c"))],
+        brokers=(1, 2, 3),
+        configs=[BrokerConfig(1, transaction_max_timeout_ms=4 * MIN),
+                 BrokerConfig(2, transaction_max_timeout_ms=6 * MIN)],
+    )
+    padding = 5 * MIN
+    result = run(spark, snap, PipelineSettings(late_padding_ms=padding))
+    # broker 1: 10 > 4 + 5 -> late; broker 2: 10 > 6 + 5 is false; broker 3: 10 > 15 + 5 false
+    finding = only(result)
+    assert (finding.topic, finding.txn_class, finding.late) == ("a", TxnClass.LATE, True)
+    late = {b.broker_id: b.partitions_with_late_transactions for b in result.brokers}
+    assert late == {1: 1, 2: 0, 3: 0}
+    assert {b.broker_id: b.transaction_max_timeout_ms for b in result.brokers} == {
+        1: 4 * MIN, 2: 6 * MIN, 3: DEFAULT_TRANSACTION_MAX_TIMEOUT_MS}
+    assert by_class(result)[TxnClass.LATE] == 1
+    assert by_class(result)[TxnClass.ONGOING] == 2
+
+    # Less padding makes broker 2's late too; exactly at the threshold is not late.
+    tighter = run(spark, snap, PipelineSettings(late_padding_ms=4 * MIN))
+    late = {b.broker_id: b.partitions_with_late_transactions for b in tighter.brokers}
+    assert late == {1: 1, 2: 0, 3: 0}  # 10 > 6 + 4 is false: strictly greater
+    tighter = run(spark, snap, PipelineSettings(late_padding_ms=4 * MIN - 1))
+    late = {b.broker_id: b.partitions_with_late_transactions for b in tighter.brokers}
+    assert late == {1: 1, 2: 1, 3: 0}
+
+
+def test_late_partition_counted_once_with_two_late_producers(spark: SparkSession) -> None:
+    snap = snapshot(producers=[producer(pid=1, last_ts=NOW - DAY), producer(pid=2, start=120,
+                                                                          last_ts=NOW - DAY)],
+                    brokers=(1, 2), coordinators_listed=(1,))  # unknown, but late
+    result = run(spark, snap)
+    assert [f.late for f in result.findings] == [True, True]
+    assert [f.txn_class for f in result.findings] == [TxnClass.UNKNOWN] * 2
+    assert {b.broker_id: b.partitions_with_late_transactions for b in result.brokers} == {
+        1: 1, 2: 0}
+
+
+# --- two-phase commit ------------------------------------------------------------------------
+
+
+def test_two_phase_commit_is_never_hanging_for_its_age(spark: SparkSession) -> None:
+    snap = snapshot(
+        producers=[producer(last_ts=NOW - 30 * DAY)],
+        listed_txns=[listed()],
+        txns=[described(start=NOW - 30 * DAY, timeout=TWO_PHASE_COMMIT_TIMEOUT_MS,
+                        state="PrepareCommit")],
+    )
+    result = run(spark, snap)
+    finding = only(result)
+    assert finding.txn_class is TxnClass.TWO_PHASE_COMMIT
+    assert finding.late  # the broker's own late gauge counts it too
+    assert finding.duration_ms == 30 * DAY
+    assert result.hanging_candidates == ()
+    assert result.brokers[0].partitions_with_late_transactions == 1
+    assert result.brokers[0].hanging_transactions == 0
+    (coordinator,) = result.coordinators
+    assert coordinator.two_phase_commit_open_time_max_ms == 30 * DAY
+    assert coordinator.active_transaction_open_time_max_ms == 30 * DAY
+    assert result.overdue_ongoing == ()  # never timed out by the coordinator
+
+
+def test_two_phase_commit_without_the_partition_is_still_a_candidate(spark: SparkSession) -> None:
+    snap = snapshot(
+        producers=[producer()],
+        listed_txns=[listed()],
+        txns=[described(parts=[("t", 9)], timeout=TWO_PHASE_COMMIT_TIMEOUT_MS)],
+    )
+    assert only(run(spark, snap)).hanging_reason is HangingReason.PARTITION_NOT_IN_TRANSACTION
+
+
+# --- class precedence and findings order ------------------------------------------------------
+
+
+def test_findings_sorted_most_severe_then_oldest_and_capped(spark: SparkSession) -> None:
+    producers = [producer("h", 0, pid=1, last_ts=NOW - 2 * MIN),  # hanging, young
+                 producer("h", 1, pid=2, last_ts=NOW - 3 * MIN),  # hanging, older
+                 producer("l", 0, pid=3),  # late (owned, old)
+                 producer("p", 0, pid=4),  # 2PC
+                 producer("o", 0, pid=5)]  # ongoing
+    snap = snapshot(
+        producers=producers,
+        listed_txns=[listed("l", pid=3), listed("p", pid=4), listed("o", pid=5)],
+        txns=[described("l", pid=3, parts=[("l", 0)], start=NOW - DAY),
+              described("p", pid=4, parts=[("p", 0)], start=NOW - MIN,
+                        timeout=TWO_PHASE_COMMIT_TIMEOUT_MS),
+              described("o", pid=5, parts=[("o", 0)], start=NOW - MIN)],
+    )
+    result = run(spark, snap)
+    assert [(f.topic, f.partition, f.txn_class) for f in result.findings] == [
+        ("h", 1, TxnClass.HANGING),
+        ("h", 0, TxnClass.HANGING),
+        ("l", 0, TxnClass.LATE),
+        ("p", 0, TxnClass.TWO_PHASE_COMMIT),
+    ]
+    assert by_class(result) == {
+        TxnClass.ONGOING: 1, TxnClass.LATE: 1, TxnClass.HANGING: 2,
+        TxnClass.SUSPECTED_HANGING: 0, TxnClass.TWO_PHASE_COMMIT: 1, TxnClass.UNKNOWN: 0}
+
+    capped = run(spark, snap, PipelineSettings(hanging_confirm_cycles=1, max_findings=3))
+    assert [f.topic for f in capped.findings] == ["h", "h", "l"]
+    assert by_class(capped) == by_class(result)  # counts are never capped
+    assert run(spark, snap, PipelineSettings(max_findings=0)).findings == ()
+
+
+def test_candidate_takes_precedence_over_late(spark: SparkSession) -> None:
+    finding = only(run(spark, snapshot(producers=[producer(last_ts=NOW - DAY)])))
+    assert finding.txn_class is TxnClass.HANGING
+    assert finding.late
+
+
+# --- LSO lag, brokers, coordinators ----------------------------------------------------------
+
+
+def test_lso_lag_per_partition_and_broker_max(spark: SparkSession) -> None:
+    snap = snapshot(
+        partitions=[
+            offsets("t", 0, leader=1, hw=500, lso=100),
+            offsets("t", 1, leader=1, hw=70, lso=70),
+            offsets("t", 2, leader=2, hw=30, lso=10),
+            offsets("t", 3, leader=2, hw=-1, lso=10),  # offsets not read
+            offsets("t", 4, leader=-1, hw=9, lso=1),  # leaderless
+        ],
+        brokers=(1, 2, 3),
+    )
+    result = run(spark, snap)
+    assert [(p.topic, p.partition, p.leader, p.lso_lag) for p in result.partitions] == [
+        ("t", 0, 1, 400), ("t", 1, 1, 0), ("t", 2, 2, 20), ("t", 3, 2, None), ("t", 4, -1, 8)]
+    assert all(p.max_active_transaction_duration_ms is None for p in result.partitions)
+    assert {b.broker_id: b.max_last_stable_offset_lag for b in result.brokers} == {
+        1: 400, 2: 20, 3: 0}
+    assert all(b.verification_enabled for b in result.brokers)
+
+
+def test_max_active_duration_is_the_oldest_open_transaction(spark: SparkSession) -> None:
+    snap = snapshot(producers=[producer(pid=1, last_ts=NOW - 3 * MIN),
+                               producer(pid=2, start=120, last_ts=NOW - 9 * MIN),
+                               producer("u", 0, pid=3, last_ts=NOW - MIN)],
+                    partitions=[offsets("t", 0)])  # "u" has no offsets: still a partition
+    result = run(spark, snap)
+    assert [(p.topic, p.leader, p.lso_lag, p.max_active_transaction_duration_ms)
+            for p in result.partitions] == [("t", 1, 50, 9 * MIN), ("u", 1, None, MIN)]
+
+
+def test_broker_metrics_zero_filled_with_config(spark: SparkSession) -> None:
+    snap = snapshot(
+        brokers=(1, 2),
+        configs=[BrokerConfig(1, verification_enabled=False, transaction_max_timeout_ms=MIN)],
+    )
+    result = run(spark, snap)
+    assert [(b.broker_id, b.partitions_with_late_transactions, b.hanging_transactions,
+             b.max_last_stable_offset_lag, b.verification_enabled, b.transaction_max_timeout_ms)
+            for b in result.brokers] == [
+        (1, 0, 0, 0, False, MIN),
+        (2, 0, 0, 0, True, DEFAULT_TRANSACTION_MAX_TIMEOUT_MS),
+    ]
+
+
+def test_coordinator_open_time_and_state_counts(spark: SparkSession) -> None:
+    snap = snapshot(
+        brokers=(1, 2, 3),
+        coordinators_listed=(1, 2, 3),
+        listed_txns=[listed("a", 1, "Ongoing", 1), listed("b", 2, "PrepareCommit", 1),
+                     listed("c", 3, "CompleteCommit", 1), listed("d", 4, "Empty", 2),
+                     listed("e", 5, "Ongoing", 2)],
+        txns=[described("a", pid=1, start=NOW - 3 * MIN, coord=1),
+              described("b", pid=2, state="PrepareCommit", start=NOW - 5 * MIN, coord=1),
+              described("c", pid=3, state="CompleteCommit", start=NOW - DAY, coord=1),
+              described("d", pid=4, state="Empty", start=-1, coord=2),
+              described("e", pid=5, start=-1, coord=2)],  # open without a start time
+    )
+    result = run(spark, snap)
+    coordinators = {c.coordinator_id: c for c in result.coordinators}
+    assert set(coordinators) == {1, 2, 3}
+    assert coordinators[1].active_transaction_open_time_max_ms == 5 * MIN
+    assert coordinators[2].active_transaction_open_time_max_ms == 0
+    assert coordinators[3].active_transaction_open_time_max_ms == 0
+    assert all(c.two_phase_commit_open_time_max_ms == 0 for c in result.coordinators)
+    states = {cid: dict(c.transactions_by_state) for cid, c in coordinators.items()}
+    assert all(tuple(s) == COORDINATOR_STATES for s in states.values())
+    assert states[1] == {**dict.fromkeys(COORDINATOR_STATES, 0),
+                         "Ongoing": 1, "PrepareCommit": 1, "CompleteCommit": 1}
+    assert states[2] == {**dict.fromkeys(COORDINATOR_STATES, 0), "Empty": 1, "Ongoing": 1}
+    assert states[3] == dict.fromkeys(COORDINATOR_STATES, 0)
+
+
+# --- KIP-588 timeout aborts ------------------------------------------------------------------
+
+
+def test_timeout_abort_detected_across_two_cycles(spark: SparkSession) -> None:
+    first = run(spark, snapshot(
+        listed_txns=[listed("slow"), listed("fine", pid=7), listed("twopc", pid=8)],
+        txns=[described("slow", epoch=5, start=NOW - 2 * MIN, timeout=MIN),
+              described("fine", pid=7, start=NOW - 10 * SEC, timeout=MIN),
+              described("twopc", pid=8, start=NOW - DAY, timeout=TWO_PHASE_COMMIT_TIMEOUT_MS)],
+    ))
+    assert first.overdue_ongoing == (("slow", PID, 5),)
+    assert first.timeout_aborts == ()
+
+    second = run(spark, snapshot(
+        listed_txns=[listed("slow", state="CompleteAbort", coord=2)],
+        txns=[described("slow", epoch=6, state="CompleteAbort", parts=(), coord=2)],
+        brokers=(1, 2),
+    ), previous=first, now=NOW + 30 * SEC)
+    (abort,) = second.timeout_aborts
+    assert (abort.transactional_id, abort.coordinator_id, abort.producer_id, abort.old_epoch,
+            abort.new_epoch) == ("slow", 2, PID, 5, 6)
+    assert second.overdue_ongoing == ()
+
+
+@pytest.mark.parametrize(
+    ("txn", "expected"),
+    [
+        (described("slow", epoch=5, state="CompleteAbort", parts=()), 0),  # same epoch
+        (described("slow", epoch=6, state="CompleteCommit", parts=()), 0),  # committed
+        (described("slow", epoch=6, state="PrepareAbort", parts=()), 1),
+        (described("slow", pid=PID + 1, epoch=0, state="CompleteAbort", parts=()), 1),
+    ],
+    ids=["same-epoch", "committed", "prepare-abort", "new-producer-id"],
+)
+def test_timeout_abort_needs_an_abort_with_a_bumped_epoch(
+    spark: SparkSession, txn: TransactionDescription, expected: int
+) -> None:
+    previous = CycleResult(cluster="c1", computed_at_ms=NOW - 30 * SEC,
+                           overdue_ongoing=(("slow", PID, 5),))
+    result = run(spark, snapshot(txns=[txn]), previous=previous)
+    assert len(result.timeout_aborts) == expected
+
+
+def test_overdue_kept_while_its_coordinator_is_unreadable(spark: SparkSession) -> None:
+    previous = CycleResult(cluster="c1", computed_at_ms=NOW - 30 * SEC,
+                           overdue_ongoing=(("slow", PID, 5),))
+    unreadable = run(spark, snapshot(
+        txns=[described("slow", error="COORDINATOR_LOAD_IN_PROGRESS", state="", parts=())]),
+        previous=previous)
+    assert unreadable.overdue_ongoing == (("slow", PID, 5),)
+    gone = run(spark, snapshot(
+        txns=[described("slow", error="TRANSACTIONAL_ID_NOT_FOUND", state="", parts=())]),
+        previous=previous)
+    assert gone.overdue_ongoing == ()
+    listed_only = run(spark, snapshot(listed_txns=[listed("slow")]), previous=previous)
+    assert listed_only.overdue_ongoing == (("slow", PID, 5),)
+    forgotten = run(spark, snapshot(), previous=previous)
+    assert forgotten.overdue_ongoing == ()
+
+
+# --- empty and partial snapshots, cost -------------------------------------------------------
+
+
+def test_empty_snapshot(spark: SparkSession) -> None:
+    stats = ComputeStats()
+    result = compute(spark, ClusterSnapshot(cluster="c1", taken_at_ms=NOW), PipelineSettings(),
+                     None, NOW, stats=stats)
+    assert result.cluster == "c1"
+    assert result.computed_at_ms == NOW
+    assert (result.partitions, result.findings, result.coordinators, result.timeout_aborts,
+            result.overdue_ongoing, result.hanging_candidates) == ((), (), (), (), (), ())
+    assert result.brokers == ()
+    assert by_class(result) == dict.fromkeys(TxnClass, 0)
+
+
+def test_partial_snapshot_computes_what_it_can(spark: SparkSession) -> None:
+    snap = snapshot(
+        producers=[producer()],
+        partitions=[],  # ListOffsets failed
+        errors=[CollectionError("ListOffsets", "TIMEOUT", broker_id=1),
+                CollectionError("DescribeTransactions", "COORDINATOR_NOT_AVAILABLE")],
+        listed_txns=[listed()],
+    )
+    result = run(spark, snap)
+    assert only(result).txn_class is TxnClass.UNKNOWN
+    (part,) = result.partitions
+    assert (part.topic, part.leader, part.lso_lag) == ("t", 1, None)
+
+
+def test_one_collect_per_output_table_at_most(spark: SparkSession) -> None:
+    stats = ComputeStats()
+    first = compute(spark, legit_snapshot(), PipelineSettings(), None, NOW)
+    snap = snapshot(
+        producers=[producer(), producer("u", pid=9)],
+        listed_txns=[listed(), listed("slow", pid=8)],
+        txns=[described(), described("slow", pid=8, state="CompleteAbort", epoch=9, parts=())],
+    )
+    previous = CycleResult(cluster="c1", computed_at_ms=NOW, overdue_ongoing=(("slow", 8, 5),),
+                           hanging_candidates=first.hanging_candidates)
+    result = compute(spark, snap, PipelineSettings(), previous, NOW, stats=stats)
+    assert len(result.timeout_aborts) == 1
+    output_tables = 8  # partitions, brokers, coordinators, findings, by class, aborts, ...
+    assert stats.actions <= output_tables
+    assert set(stats.seconds) <= {
+        "partitions", "brokers", "coordinators", "findings", "open_transactions_by_class",
+        "hanging_candidates", "overdue_ongoing", "timeout_aborts"}
+
+
+# --- session settings (no Spark needed) -----------------------------------------------------
+
+
+def test_session_conf_local_connect_and_cluster() -> None:
+    local = session_conf(SparkConfig(local_dir="/tmp/x", driver_memory="1g",
+                                     conf={"spark.sql.shuffle.partitions": "4"}))
+    assert local["spark.ui.enabled"] == "false"
+    assert local["spark.sql.adaptive.enabled"] == "true"
+    assert local["spark.driver.memory"] == "1g"
+    assert local["spark.local.dir"] == "/tmp/x"
+    assert local["spark.sql.catalogImplementation"] == "in-memory"
+    assert local["spark.sql.shuffle.partitions"] == "4"  # the operator's conf wins
+    cluster = session_conf(SparkConfig(master="spark://m:7077"))
+    assert "spark.driver.host" not in cluster
+    connect = session_conf(SparkConfig(connect_url="sc://spark:15002",
+                                       conf={"spark.sql.shuffle.partitions": "4"}))
+    assert connect == {"spark.sql.shuffle.partitions": "4"}
