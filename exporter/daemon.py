@@ -46,33 +46,48 @@ class PipelineRunner:
         self.settings = settings
         self._spark: Any = session
         self._owns_session = session is None
+        self._stopped = False
         self._lock = threading.Lock()
 
     def start(self) -> None:
+        """Start Spark and run the pipeline once on a tiny snapshot, so that the first real
+        cycle does not pay for code generation."""
         with self._lock:
-            if self._spark is None:
-                from exporter.pipeline.session import spark_session
+            self._start_locked()
 
-                started = time.monotonic()
-                self._spark = spark_session(self._spark_config)
-                log.info("Spark session ready in %.1f s (master %s)", time.monotonic() - started,
-                         self._spark_config.connect_url or self._spark_config.master)
+    def _start_locked(self) -> None:
+        if self._stopped:
+            raise RuntimeError("the pipeline is stopped")
+        if self._spark is not None:
+            return
+        from exporter.pipeline.compute import compute
+        from exporter.pipeline.session import spark_session
+        from exporter.pipeline.warmup import warmup_snapshot
+
+        started = time.monotonic()
+        self._spark = spark_session(self._spark_config)
+        snapshot = warmup_snapshot()
+        compute(self._spark, snapshot, self.settings, None, snapshot.taken_at_ms)
+        log.info("Spark session ready and warm in %.1f s (%s)", time.monotonic() - started,
+                 self._spark_config.connect_url or self._spark_config.master)
 
     def compute(self, snapshot: ClusterSnapshot, previous: CycleResult | None,
                 now_ms: int) -> CycleResult:
         from exporter.pipeline.compute import compute
 
-        self.start()
         with self._lock:  # one pipeline run at a time: clusters share the session
+            self._start_locked()
             return compute(self._spark, snapshot, self.settings, previous, now_ms)
 
     def stop(self) -> None:
+        """Stop Spark for good (waits for a pipeline run in flight)."""
         with self._lock:
+            self._stopped = True
             if self._spark is not None and self._owns_session:
                 from exporter.pipeline.session import stop as stop_spark
 
                 stop_spark(self._spark)
-                self._spark = None
+            self._spark = None
 
 
 class ClusterJob:
@@ -127,7 +142,7 @@ class ClusterJob:
         previous = state.result
         try:
             snapshot = self._collector.collect(
-                describe_extra=[t for t, _, _ in previous.overdue_ongoing] if previous else ())
+                describe_extra=[w[0] for w in previous.watched_ongoing] if previous else ())
         except KafkaUnavailable as e:
             log.warning("cycle for cluster %s failed: %s", name, e)
             self._metrics.request_errors.labels(name, "Metadata", "BROKER_NOT_AVAILABLE").inc()
@@ -143,6 +158,8 @@ class ClusterJob:
             log.warning("cycle for cluster %s lost %d part(s), first: %s %s on broker %s",
                         name, len(snapshot.errors), snapshot.errors[0].api,
                         snapshot.errors[0].error, snapshot.errors[0].broker_id)
+        if self._stopping.is_set():
+            return
         pipeline_started = time.monotonic()
         try:
             result = self._pipeline.compute(snapshot, previous, int(self._clock() * 1000))
@@ -234,9 +251,10 @@ class Daemon:
         return int(self._server.server_address[1])
 
     def start(self) -> None:
+        """Serve HTTP, warm Spark in the background and schedule the cycles; returns at once
+        (the first cycle waits for Spark), so a SIGTERM during start-up is honoured."""
         self._start_http()
-        # Warm the Spark session before the first cycle so that the first cycle is not slow.
-        self.pipeline.start()
+        threading.Thread(target=self._warm_pipeline, name="spark-warmup", daemon=True).start()
         from apscheduler.schedulers.background import BackgroundScheduler
 
         self._scheduler = BackgroundScheduler(
@@ -250,6 +268,12 @@ class Daemon:
         self._scheduler.start()
         log.info("exporter started for %d cluster(s), listening on %s",
                  len(self.jobs), self.config.web.listen_address)
+
+    def _warm_pipeline(self) -> None:
+        try:
+            self.pipeline.start()
+        except Exception:  # the first cycle retries and reports it
+            log.exception("starting Spark failed")
 
     def _start_http(self) -> None:
         host, port = self.config.web.host_port

@@ -283,9 +283,9 @@ class CycleResult:
     findings: tuple[Finding, ...] = ()
     open_transactions_by_class: tuple[tuple[TxnClass, int], ...] = ()
     timeout_aborts: tuple[CoordinatorTimeoutAbort, ...] = ()
-    #: Ongoing coordinator transactions past their timeout, kept for the next cycle's
-    #: KIP-588 detection: (transactional_id, producer_id, epoch).
-    overdue_ongoing: tuple[tuple[str, int, int], ...] = field(default=())
+    #: Ongoing coordinator transactions with their deadline, kept for the next cycle's KIP-588
+    #: detection: (transactional_id, producer_id, epoch, start time + timeout in ms).
+    watched_ongoing: tuple[tuple[str, int, int, int], ...] = field(default=())
     #: Hanging candidates with how many consecutive cycles each was seen, for confirmation:
     #: ((topic, partition, producer_id, start_offset), cycles).
     hanging_candidates: tuple[tuple[tuple[str, int, int, int], int], ...] = field(default=())

@@ -12,6 +12,7 @@ next to what succeeded, never raised for the whole batch.
 from __future__ import annotations
 
 import logging
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -86,6 +87,8 @@ class ClusterAdmin:
         self._confluent: Any = None
         self._kafka: Any = None
         self._closed = False
+        # The collector uses both clients from two threads; kafka-python's must be created once.
+        self._lock = threading.Lock()
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -95,6 +98,10 @@ class ClusterAdmin:
         self._drop_clients()
 
     def _drop_clients(self) -> None:
+        with self._lock:
+            self._drop_clients_locked()
+
+    def _drop_clients_locked(self) -> None:
         if self._kafka is not None:
             try:
                 self._kafka.close()
@@ -110,27 +117,30 @@ class ClusterAdmin:
         self.close()
 
     def _admin(self) -> Any:
-        self._check_open()
-        if self._confluent is None:
-            from confluent_kafka.admin import AdminClient
+        with self._lock:
+            self._check_open()
+            if self._confluent is None:
+                from confluent_kafka.admin import AdminClient
 
-            self._confluent = AdminClient(confluent_config(
-                self.bootstrap_servers, self._properties, self.request_timeout_ms))
-        return self._confluent
+                self._confluent = AdminClient(confluent_config(
+                    self.bootstrap_servers, self._properties, self.request_timeout_ms))
+            return self._confluent
 
     def _kafka_client(self) -> Any:
         """kafka-python's admin client, created on first use and again after a failure."""
-        self._check_open()
-        if self._kafka is None:
-            from kafka import KafkaAdminClient
+        with self._lock:
+            self._check_open()
+            if self._kafka is None:
+                from kafka import KafkaAdminClient
 
-            try:
-                self._kafka = KafkaAdminClient(**kafka_python_config(
-                    self.bootstrap_servers, self._properties, self.request_timeout_ms))
-            except Exception as e:
-                raise KafkaUnavailable(
-                    f"cannot bootstrap from {self.bootstrap_servers}: {error_name(e)}: {e}") from e
-        return self._kafka
+                try:
+                    self._kafka = KafkaAdminClient(**kafka_python_config(
+                        self.bootstrap_servers, self._properties, self.request_timeout_ms))
+                except Exception as e:
+                    raise KafkaUnavailable(
+                        f"cannot bootstrap from {self.bootstrap_servers}: {error_name(e)}: {e}"
+                    ) from e
+            return self._kafka
 
     def _check_open(self) -> None:
         if self._closed:
@@ -171,13 +181,15 @@ class ClusterAdmin:
         resources = {b: ConfigResource(ResourceType.BROKER, str(b)) for b in broker_ids}
         if not resources:
             return Collected(())
-        futures = self._admin().describe_configs(list(resources.values()),
-                                                 request_timeout=self._timeout_s)
+        # librdkafka takes one BROKER resource per call; the calls run concurrently.
+        admin = self._admin()
+        futures = {b: admin.describe_configs([r], request_timeout=self._timeout_s)[r]
+                   for b, r in resources.items()}
         rows: list[BrokerConfig] = []
         errors: list[CollectionError] = []
-        for broker_id, resource in resources.items():
+        for broker_id in resources:
             try:
-                entries = futures[resource].result(timeout=self._timeout_s + 1)
+                entries = futures[broker_id].result(timeout=self._timeout_s + 1)
             except Exception as e:
                 errors.append(CollectionError("DescribeConfigs", error_name(e), broker_id=broker_id,
                                               message=str(e)[:200]))
@@ -238,7 +250,10 @@ class ClusterAdmin:
     async def _send_all(self, requests: Sequence[tuple[K, int, Any]]
                         ) -> list[tuple[K, int, Any]]:
         """Send every request at once, then wait for each: (key, broker, response|exception)."""
-        manager = self._kafka_client()._manager
+        client = self._kafka
+        if client is None:  # dropped under us by close(): the cycle is being stopped
+            raise KafkaUnavailable("the admin client is closed")
+        manager = client._manager
         in_flight: list[tuple[K, int, Any]] = []
         for key, broker_id, request in requests:
             try:

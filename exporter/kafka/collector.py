@@ -71,7 +71,7 @@ class SnapshotCollector:
         """One cycle. Raises KafkaUnavailable only when no metadata could be read.
 
         ``describe_extra``: transactional ids to describe in any state (the previous cycle's
-        overdue transactions, for KIP-588 timeout-abort detection). ``partitions``: limit the
+        Ongoing transactions, for KIP-588 timeout-abort detection). ``partitions``: limit the
         partition-level part to these (the CLI's --topic/--partition).
         """
         taken_at_ms = int(self._clock() * 1000)

@@ -42,7 +42,7 @@ from exporter.model import (
     StartTimeSource,
     TxnClass,
 )
-from exporter.pipeline.tables import SnapshotFrames, snapshot_frames
+from exporter.pipeline.tables import SnapshotFrames, arrow_table, snapshot_frames
 
 log = logging.getLogger(__name__)
 
@@ -94,11 +94,12 @@ _CANDIDATES_SCHEMA = StructType(
         StructField("previous_cycles", IntegerType(), False),
     ]
 )
-_OVERDUE_SCHEMA = StructType(
+_WATCHED_SCHEMA = StructType(
     [
         StructField("transactional_id", StringType(), False),
         StructField("old_producer_id", LongType(), False),
         StructField("old_epoch", IntegerType(), False),
+        StructField("deadline_ms", LongType(), False),
     ]
 )
 
@@ -173,8 +174,8 @@ def compute(
                 by_class[TxnClass(cls)] = count
             candidates = _hanging_candidates(st, txns)
         coordinators = _coordinator_metrics(st, frames, snapshot, now_ms)
-        overdue = _overdue_ongoing(st, frames, snapshot, previous, now_ms)
-        aborts = _timeout_aborts(st, spark, frames, snapshot, previous)
+        watched = _watched_ongoing(st, frames, snapshot, previous)
+        aborts = _timeout_aborts(st, spark, frames, snapshot, previous, now_ms)
     finally:
         for frame in (partition_frame, txns):
             if frame is not None:
@@ -198,7 +199,7 @@ def compute(
         findings=findings,
         open_transactions_by_class=tuple(by_class.items()),
         timeout_aborts=aborts,
-        overdue_ongoing=overdue,
+        watched_ongoing=watched,
         hanging_candidates=candidates,
     )
 
@@ -302,7 +303,7 @@ def _previous_candidates(spark: SparkSession, previous: CycleResult | None) -> D
     ]
     if not rows:
         return spark.emptyDataFrame(_CANDIDATES_SCHEMA)
-    return spark.createDataFrame(rows, _CANDIDATES_SCHEMA)
+    return spark.createDataFrame(arrow_table(rows, _CANDIDATES_SCHEMA), _CANDIDATES_SCHEMA)
 
 
 def _classified_columns(
@@ -640,38 +641,38 @@ def _coordinator_metrics(
     )
 
 
-def _overdue_ongoing(
+def _watched_ongoing(
     st: ComputeStats,
     f: SnapshotFrames,
     snapshot: ClusterSnapshot,
     previous: CycleResult | None,
-    now_ms: int,
-) -> tuple[tuple[str, int, int], ...]:
-    """KIP-588: Ongoing transactions past their own timeout (2PC ones never time out).
+) -> tuple[tuple[str, int, int, int], ...]:
+    """KIP-588: every Ongoing transaction with its deadline (start + its own timeout); 2PC
+    transactions never time out and are left out.
 
     A transaction remembered last cycle whose id could not be described this cycle is kept,
     so a coordinator that is unreadable for a cycle does not hide a timeout abort."""
-    found: list[tuple[str, int, int]] = []
+    found: list[tuple[str, int, int, int]] = []
     if any(t.state == "Ongoing" for t in snapshot.transactions):
         c = F.col
-        overdue = _described_ok(f).where(
+        ongoing = _described_ok(f).where(
             (c("state") == "Ongoing")
             & (c("start_time_ms") >= 0)
             & (c("timeout_ms") >= 0)
             & (c("timeout_ms") != TWO_PHASE_COMMIT_TIMEOUT_MS)
-            & (F.lit(now_ms) - c("start_time_ms") > c("timeout_ms"))
         )
         rows = st.collect(
-            "overdue_ongoing",
-            overdue.select("transactional_id", "producer_id", "producer_epoch"),
+            "watched_ongoing",
+            ongoing.select("transactional_id", "producer_id", "producer_epoch",
+                           (c("start_time_ms") + c("timeout_ms")).alias("deadline_ms")),
         )
-        found = sorted((r[0], r[1], r[2]) for r in rows)
-    if previous is not None and previous.overdue_ongoing:
+        found = sorted((r[0], r[1], r[2], r[3]) for r in rows)
+    if previous is not None and previous.watched_ongoing:
         unreadable = _unreadable_transactional_ids(snapshot)
         seen = {entry[0] for entry in found}
         found.extend(
             entry
-            for entry in previous.overdue_ongoing
+            for entry in previous.watched_ongoing
             if entry[0] in unreadable and entry[0] not in seen
         )
     return tuple(found)
@@ -695,15 +696,20 @@ def _timeout_aborts(
     f: SnapshotFrames,
     snapshot: ClusterSnapshot,
     previous: CycleResult | None,
+    now_ms: int,
 ) -> tuple[CoordinatorTimeoutAbort, ...]:
-    """KIP-588: last cycle's overdue Ongoing transactions now aborting/aborted with a bumped
-    epoch (or moved to a new producer id)."""
-    if previous is None or not previous.overdue_ongoing:
+    """KIP-588: last cycle's Ongoing transactions whose deadline has passed, now aborting or
+    aborted with a bumped epoch (or moved to a new producer id). A producer cannot abort
+    after its deadline (the coordinator does, within its cleanup interval); a producer's
+    own abort shortly before the deadline, seen only after it, is the one case counted
+    wrongly (see docs/metrics.md)."""
+    if previous is None or not previous.watched_ongoing:
         return ()
     if not any(t.state in ABORT_STATES for t in snapshot.transactions):
         return ()
     c = F.col
-    before = spark.createDataFrame(list(previous.overdue_ongoing), _OVERDUE_SCHEMA)
+    before = spark.createDataFrame(arrow_table(previous.watched_ongoing, _WATCHED_SCHEMA),
+                                   _WATCHED_SCHEMA)
     now = _described_ok(f).where(c("state").isin(*ABORT_STATES))
     same_producer = c("producer_id") == c("old_producer_id")
     bumped = (same_producer & (c("producer_epoch") > c("old_epoch"))) | (
@@ -712,7 +718,7 @@ def _timeout_aborts(
     rows = st.collect(
         "timeout_aborts",
         before.join(now, "transactional_id")
-        .where(bumped)
+        .where(bumped & (c("deadline_ms") <= F.lit(now_ms)))
         .select("transactional_id", "coordinator_id", "old_producer_id", "old_epoch",
                 "producer_epoch"),
     )

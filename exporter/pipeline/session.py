@@ -16,21 +16,25 @@ already active session when called twice in one process.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from exporter.config import SparkConfig
 
 log = logging.getLogger(__name__)
+LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 #: Settings for a snapshot-sized workload in local mode. ``SparkConfig.conf`` overrides them.
 LOCAL_DEFAULTS: Mapping[str, str] = {
     # A cycle's tables are small: 200 shuffle partitions would mean 200 tiny tasks per stage.
-    "spark.sql.shuffle.partitions": "2",
+    # One partition per shuffle and no adaptive re-planning: measured with
+    # bench/pipeline_bench.py, half the cycle time of 2 partitions with AQE at 1k-10k partitions.
+    "spark.sql.shuffle.partitions": "1",
     "spark.default.parallelism": "2",
-    "spark.sql.adaptive.enabled": "true",
-    "spark.sql.adaptive.coalescePartitions.enabled": "true",
+    "spark.sql.adaptive.enabled": "false",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.catalogImplementation": "in-memory",  # no Hive metastore, no derby files
@@ -62,6 +66,8 @@ def session_conf(config: SparkConfig) -> dict[str, str]:
         return dict(config.conf)
     local = is_local_master(config.master)
     conf = dict(LOCAL_DEFAULTS if local else CLUSTER_DEFAULTS)
+    if local:
+        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}"
     conf["spark.driver.memory"] = config.driver_memory
     if config.local_dir:
         conf["spark.local.dir"] = config.local_dir
@@ -80,11 +86,14 @@ def spark_session(config: SparkConfig) -> SparkSession:
         where = config.master
     for key, value in conf.items():
         builder = builder.config(key, value)
+    if is_local_master(config.master) and not config.connect_url:
+        # The embedded driver binds to loopback; without this Spark looks up the host name.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     log.info("starting Spark session on %s", where)
     session = builder.getOrCreate()
     if not config.connect_url:
         # Only a classic session has a SparkContext; with Connect the server owns logging.
-        session.sparkContext.setLogLevel("WARN")
+        session.sparkContext.setLogLevel("ERROR")
     return session
 
 

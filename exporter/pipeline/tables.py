@@ -1,13 +1,13 @@
 """The snapshot as Spark tables: one explicit schema per snapshot table.
 
-Rows are built as plain tuples in schema order (no inference, no per-row dicts) and handed
-to ``spark.createDataFrame(rows, schema)``; an empty snapshot table becomes
-``spark.emptyDataFrame(schema)``, which costs no job at all. The same code runs on a classic
-session and on Spark Connect. Column names are the model's field names.
-
-On a classic session without pyarrow, a DataFrame made from a Python list is scanned through
-a Python worker every time an action reads it. :meth:`SnapshotFrames.persist` caches the
-tables so that scan happens once per cycle, however many output tables read them.
+Rows are built as plain tuples in schema order (no inference, no per-row dicts), turned into
+columnar Arrow tables and handed to ``spark.createDataFrame(arrow_table, schema)``: the JVM
+reads the Arrow batches directly, so no Python worker process is ever started (a DataFrame
+made from a Python list is scanned through a Python worker, several times slower). An empty
+snapshot table becomes ``spark.emptyDataFrame(schema)``, which costs no job at all. The same
+code runs on a classic session and on Spark Connect. Column names are the model's field
+names. :meth:`SnapshotFrames.persist` caches the tables for the cycle, because several output
+tables read each of them.
 
 ``TransactionDescription.partitions`` is flattened into its own table,
 ``transaction_partitions`` (one row per transactional id and partition), because the pipeline
@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
     BooleanType,
@@ -139,12 +140,31 @@ class SnapshotFrames:
             frame.unpersist()
 
 
+_ARROW_TYPES: dict[type[DataType], pa.DataType] = {
+    IntegerType: pa.int32(),
+    LongType: pa.int64(),
+    StringType: pa.string(),
+    BooleanType: pa.bool_(),
+}
+
+
+def arrow_table(rows: Sequence[tuple[object, ...]], schema: StructType) -> pa.Table:
+    """Row tuples in schema order as a columnar Arrow table of the schema's types."""
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema.fields]
+    return pa.Table.from_arrays(
+        [pa.array(column, type=_ARROW_TYPES[type(f.dataType)])
+         for column, f in zip(columns, schema.fields, strict=True)],
+        schema=pa.schema([pa.field(f.name, _ARROW_TYPES[type(f.dataType)], f.nullable)
+                          for f in schema.fields]),
+    )
+
+
 def _frame(
     spark: SparkSession, rows: Sequence[tuple[object, ...]], schema: StructType
 ) -> DataFrame:
     if not rows:
         return spark.emptyDataFrame(schema)
-    return spark.createDataFrame(rows, schema)
+    return spark.createDataFrame(arrow_table(rows, schema), schema)
 
 
 def snapshot_frames(spark: SparkSession, snapshot: ClusterSnapshot) -> SnapshotFrames:

@@ -476,7 +476,7 @@ def test_two_phase_commit_is_never_hanging_for_its_age(spark: SparkSession) -> N
     (coordinator,) = result.coordinators
     assert coordinator.two_phase_commit_open_time_max_ms == 30 * DAY
     assert coordinator.active_transaction_open_time_max_ms == 30 * DAY
-    assert result.overdue_ongoing == ()  # never timed out by the coordinator
+    assert result.watched_ongoing == ()  # never timed out by the coordinator
 
 
 def test_two_phase_commit_without_the_partition_is_still_a_candidate(spark: SparkSession) -> None:
@@ -613,7 +613,8 @@ def test_timeout_abort_detected_across_two_cycles(spark: SparkSession) -> None:
               described("fine", pid=7, start=NOW - 10 * SEC, timeout=MIN),
               described("twopc", pid=8, start=NOW - DAY, timeout=TWO_PHASE_COMMIT_TIMEOUT_MS)],
     ))
-    assert first.overdue_ongoing == (("slow", PID, 5),)
+    assert first.watched_ongoing == (("fine", 7, 5, NOW - 10 * SEC + MIN),
+                                     ("slow", PID, 5, NOW - 2 * MIN + MIN))
     assert first.timeout_aborts == ()
 
     second = run(spark, snapshot(
@@ -624,7 +625,16 @@ def test_timeout_abort_detected_across_two_cycles(spark: SparkSession) -> None:
     (abort,) = second.timeout_aborts
     assert (abort.transactional_id, abort.coordinator_id, abort.producer_id, abort.old_epoch,
             abort.new_epoch) == ("slow", 2, PID, 5, 6)
-    assert second.overdue_ongoing == ()
+    assert second.watched_ongoing == ()
+
+
+def test_abort_before_the_deadline_is_the_producers_own(spark: SparkSession) -> None:
+    """Aborted with a bumped epoch (TV2) while its deadline is still ahead: a client abort."""
+    previous = CycleResult(cluster="c1", computed_at_ms=NOW - 30 * SEC,
+                           watched_ongoing=(("slow", PID, 5, NOW + MIN),))
+    result = run(spark, snapshot(
+        txns=[described("slow", epoch=6, state="CompleteAbort", parts=())]), previous=previous)
+    assert result.timeout_aborts == ()
 
 
 @pytest.mark.parametrize(
@@ -641,26 +651,26 @@ def test_timeout_abort_needs_an_abort_with_a_bumped_epoch(
     spark: SparkSession, txn: TransactionDescription, expected: int
 ) -> None:
     previous = CycleResult(cluster="c1", computed_at_ms=NOW - 30 * SEC,
-                           overdue_ongoing=(("slow", PID, 5),))
+                           watched_ongoing=(("slow", PID, 5, NOW - MIN),))
     result = run(spark, snapshot(txns=[txn]), previous=previous)
     assert len(result.timeout_aborts) == expected
 
 
-def test_overdue_kept_while_its_coordinator_is_unreadable(spark: SparkSession) -> None:
+def test_watched_kept_while_its_coordinator_is_unreadable(spark: SparkSession) -> None:
     previous = CycleResult(cluster="c1", computed_at_ms=NOW - 30 * SEC,
-                           overdue_ongoing=(("slow", PID, 5),))
+                           watched_ongoing=(("slow", PID, 5, NOW - MIN),))
     unreadable = run(spark, snapshot(
         txns=[described("slow", error="COORDINATOR_LOAD_IN_PROGRESS", state="", parts=())]),
         previous=previous)
-    assert unreadable.overdue_ongoing == (("slow", PID, 5),)
+    assert unreadable.watched_ongoing == (("slow", PID, 5, NOW - MIN),)
     gone = run(spark, snapshot(
         txns=[described("slow", error="TRANSACTIONAL_ID_NOT_FOUND", state="", parts=())]),
         previous=previous)
-    assert gone.overdue_ongoing == ()
+    assert gone.watched_ongoing == ()
     listed_only = run(spark, snapshot(listed_txns=[listed("slow")]), previous=previous)
-    assert listed_only.overdue_ongoing == (("slow", PID, 5),)
+    assert listed_only.watched_ongoing == (("slow", PID, 5, NOW - MIN),)
     forgotten = run(spark, snapshot(), previous=previous)
-    assert forgotten.overdue_ongoing == ()
+    assert forgotten.watched_ongoing == ()
 
 
 # --- empty and partial snapshots, cost -------------------------------------------------------
@@ -673,7 +683,7 @@ def test_empty_snapshot(spark: SparkSession) -> None:
     assert result.cluster == "c1"
     assert result.computed_at_ms == NOW
     assert (result.partitions, result.findings, result.coordinators, result.timeout_aborts,
-            result.overdue_ongoing, result.hanging_candidates) == ((), (), (), (), (), ())
+            result.watched_ongoing, result.hanging_candidates) == ((), (), (), (), (), ())
     assert result.brokers == ()
     assert by_class(result) == dict.fromkeys(TxnClass, 0)
 
@@ -700,7 +710,8 @@ def test_one_collect_per_output_table_at_most(spark: SparkSession) -> None:
         listed_txns=[listed(), listed("slow", pid=8)],
         txns=[described(), described("slow", pid=8, state="CompleteAbort", epoch=9, parts=())],
     )
-    previous = CycleResult(cluster="c1", computed_at_ms=NOW, overdue_ongoing=(("slow", 8, 5),),
+    previous = CycleResult(cluster="c1", computed_at_ms=NOW,
+                           watched_ongoing=(("slow", 8, 5, NOW - MIN),),
                            hanging_candidates=first.hanging_candidates)
     result = compute(spark, snap, PipelineSettings(), previous, NOW, stats=stats)
     assert len(result.timeout_aborts) == 1
@@ -708,7 +719,7 @@ def test_one_collect_per_output_table_at_most(spark: SparkSession) -> None:
     assert stats.actions <= output_tables
     assert set(stats.seconds) <= {
         "partitions", "brokers", "coordinators", "findings", "open_transactions_by_class",
-        "hanging_candidates", "overdue_ongoing", "timeout_aborts"}
+        "hanging_candidates", "watched_ongoing", "timeout_aborts"}
 
 
 # --- session settings (no Spark needed) -----------------------------------------------------
@@ -718,7 +729,9 @@ def test_session_conf_local_connect_and_cluster() -> None:
     local = session_conf(SparkConfig(local_dir="/tmp/x", driver_memory="1g",
                                      conf={"spark.sql.shuffle.partitions": "4"}))
     assert local["spark.ui.enabled"] == "false"
-    assert local["spark.sql.adaptive.enabled"] == "true"
+    assert local["spark.sql.adaptive.enabled"] == "false"
+    assert local["spark.driver.host"] == local["spark.driver.bindAddress"] == "127.0.0.1"
+    assert "log4j2.properties" in local["spark.driver.extraJavaOptions"]
     assert local["spark.driver.memory"] == "1g"
     assert local["spark.local.dir"] == "/tmp/x"
     assert local["spark.sql.catalogImplementation"] == "in-memory"
@@ -728,3 +741,15 @@ def test_session_conf_local_connect_and_cluster() -> None:
     connect = session_conf(SparkConfig(connect_url="sc://spark:15002",
                                        conf={"spark.sql.shuffle.partitions": "4"}))
     assert connect == {"spark.sql.shuffle.partitions": "4"}
+
+
+@pytest.mark.spark
+def test_warmup_snapshot_exercises_legit_and_hanging(spark: SparkSession) -> None:
+    from exporter.pipeline.warmup import warmup_snapshot
+
+    snapshot = warmup_snapshot()
+    result = compute(spark, snapshot, PipelineSettings(hanging_confirm_cycles=1), None,
+                     snapshot.taken_at_ms)
+    classes = dict(result.open_transactions_by_class)
+    assert classes[TxnClass.HANGING] == 1
+    assert classes[TxnClass.ONGOING] == 1
