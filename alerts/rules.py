@@ -146,9 +146,30 @@ _TXN_ID = (
     "{{ else }}unknown{{ end }}"
 )
 _PARTITION = "{{ $labels.topic }}-{{ $labels.partition }}"
+_PARTITION_AND_LEADER = (
+    "Partition " + _PARTITION + " (leader broker {{ $labels.broker }}, cluster " + _CLUSTER + ")"
+)
+_FIND_TRANSACTION = "Find it: " + CLI + " list, then " + CLI + " describe --transactional-id ID"
 
 TRANSACTIONS = "kafka-transactions"
 EXPORTER = "kafka-txn-exporter"
+
+
+def _finding_or_broker_count(
+    info: str, info_label: str, count: str, info_matchers: str = ""
+) -> str:
+    """Every finding of the ``info`` metric, one alert each; or else, per broker, the
+    ``count`` whose findings the exporter's finding cap left out.
+    """
+    return (
+        "max by (cluster, broker, topic, partition, producer_id, start_offset,"
+        f" transactional_id, {info_label}) ({info}{info_matchers})\n"
+        "or\n"
+        "(\n"
+        f"  max by (cluster, broker) ({count}) > 0\n"
+        f"  unless on (cluster, broker) {info}\n"
+        ")"
+    )
 
 
 def _hanging(t: Thresholds) -> Alert:
@@ -157,14 +178,8 @@ def _hanging(t: Thresholds) -> Alert:
         group=TRANSACTIONS,
         severity="critical",
         for_=t.hanging_for,
-        expr=(
-            "max by (cluster, broker, topic, partition, producer_id, start_offset,"
-            " transactional_id, reason) (kafka_txn_hanging_transaction_info)\n"
-            "or\n"
-            "(\n"
-            "  max by (cluster, broker) (kafka_txn_hanging_transactions) > 0\n"
-            "  unless on (cluster, broker) kafka_txn_hanging_transaction_info\n"
-            ")"
+        expr=_finding_or_broker_count(
+            "kafka_txn_hanging_transaction_info", "reason", "kafka_txn_hanging_transactions"
         ),
         summary=(
             "{{ if $labels.topic }}Hanging transaction on " + _PARTITION + "{{ else }}"
@@ -172,8 +187,7 @@ def _hanging(t: Thresholds) -> Alert:
             " in cluster " + _CLUSTER
         ),
         description=(
-            "{{ if $labels.topic }}Partition " + _PARTITION + " (leader broker "
-            "{{ $labels.broker }}, cluster " + _CLUSTER + ") has an open transaction of "
+            "{{ if $labels.topic }}" + _PARTITION_AND_LEADER + " has an open transaction of "
             "producer id {{ $labels.producer_id }} (transactional id " + _TXN_ID + ") "
             "starting at offset {{ $labels.start_offset }} that no coordinator will "
             "complete (reason: {{ $labels.reason }}). read_committed consumers of this "
@@ -195,15 +209,11 @@ def _late(t: Thresholds) -> Alert:
         group=TRANSACTIONS,
         severity="warning",
         for_=t.late_for,
-        expr=(
-            "max by (cluster, broker, topic, partition, producer_id, start_offset,"
-            " transactional_id, class) "
-            '(kafka_txn_late_transaction_info{class!="two_phase_commit"})\n'
-            "or\n"
-            "(\n"
-            "  max by (cluster, broker) (kafka_txn_partitions_with_late_transactions) > 0\n"
-            "  unless on (cluster, broker) kafka_txn_late_transaction_info\n"
-            ")"
+        expr=_finding_or_broker_count(
+            "kafka_txn_late_transaction_info",
+            "class",
+            "kafka_txn_partitions_with_late_transactions",
+            '{class!="two_phase_commit"}',
         ),
         summary=(
             "{{ if $labels.topic }}Late transaction on " + _PARTITION + "{{ else }}"
@@ -211,8 +221,7 @@ def _late(t: Thresholds) -> Alert:
             "{{ end }} in cluster " + _CLUSTER
         ),
         description=(
-            "{{ if $labels.topic }}Partition " + _PARTITION + " (leader broker "
-            "{{ $labels.broker }}, cluster " + _CLUSTER + ") has had a transaction of "
+            "{{ if $labels.topic }}" + _PARTITION_AND_LEADER + " has had a transaction of "
             "producer id {{ $labels.producer_id }} (transactional id " + _TXN_ID + ") open "
             "since offset {{ $labels.start_offset }} for longer than "
             "transaction.max.timeout.ms + 5 minutes (class: {{ $labels.class }}). "
@@ -276,8 +285,7 @@ def _coordinator_open_time(t: Thresholds) -> Alert:
             "{{ $value | humanizeDuration }}, longer than "
             f"{t.coordinator_open_time_seconds}s (transaction.max.timeout.ms + margin). "
             "The coordinator should have aborted it on timeout: it may be unable to write "
-            "its markers. Find it: " + CLI + " list, then " + CLI + " describe "
-            "--transactional-id ID"
+            "its markers. " + _FIND_TRANSACTION
         ),
     )
 
@@ -300,8 +308,7 @@ def _two_phase_commit(t: Thresholds) -> Alert:
             "two-phase-commit transaction (KIP-939) open for "
             "{{ $value | humanizeDuration }}, more than "
             f"{t.two_phase_commit_open_seconds}s. Kafka never times these out; the "
-            "external transaction manager must commit or abort it. Find it: " + CLI
-            + " list, then " + CLI + " describe --transactional-id ID"
+            "external transaction manager must commit or abort it. " + _FIND_TRANSACTION
         ),
     )
 

@@ -54,6 +54,22 @@ Steps = tuple[tuple[str, float | None], ...]
 GREEN_THEN_RED_AT_1: Steps = (("green", None), ("red", 1.0))
 RED_BELOW_1: Steps = (("red", None), ("green", 1.0))
 NEUTRAL: Steps = (("green", None),)
+#: Data age: orange from 2 minutes, red from 5 (the KafkaTxnExporterDataStale threshold).
+STALE_DATA: Steps = (("green", None), ("orange", 120.0), ("red", 300.0))
+#: LastStableOffsetLag: a stat turns orange at 10000 offsets, a line is red from 100000.
+LSO_LAG_STAT: Steps = (("green", None), ("orange", 10000.0), ("red", 100000.0))
+LSO_LAG_LINE: Steps = (("green", None), ("red", 100000.0))
+#: A per-second rate of something that should not happen at all.
+ANY_RATE: Steps = (("green", None), ("red", 0.01))
+
+#: Label sets the panels aggregate by, with the legend that names one series of them.
+PER_BROKER = "cluster, broker"
+PER_COORDINATOR = "cluster, coordinator"
+PER_PARTITION = "cluster, topic, partition"
+BROKER_LEGEND = "{{cluster}} broker {{broker}}"
+COORDINATOR_LEGEND = "{{cluster}} coordinator {{coordinator}}"
+PARTITION_LEGEND = "{{cluster}} {{topic}}-{{partition}}"
+PARTITION_LSO_LAG = "kafka_txn_partition_last_stable_offset_lag"
 
 
 @dataclass(frozen=True)
@@ -118,6 +134,106 @@ class Section:
 def runbook(alert: str) -> str:
     """The runbook URL of an alert (the same base URL the alert rules use)."""
     return f"{RUNBOOK_BASE_URL}{alert}.md"
+
+
+def max_by(labels: str, metric: str, selector: str = CLUSTER) -> str:
+    """``max by (labels) (metric{selector})``: one series per value of ``labels``."""
+    return f"max by ({labels}) ({metric}{{{selector}}})"
+
+
+def per_broker(metric: str, *, instant: bool = False) -> Query:
+    """``metric`` of the selected clusters, one series per broker."""
+    return Query(max_by(PER_BROKER, metric), legend=BROKER_LEGEND, instant=instant)
+
+
+# ------------------------------------------------------- panels on several dashboards
+
+_EXPORTER_UP = f"min by (cluster) (kafka_txn_exporter_up{{{CLUSTER}}})"
+_SNAPSHOT_AGE = max_by("cluster", "kafka_txn_exporter_snapshot_age_seconds")
+
+
+def _cluster_stat(
+    *,
+    title: str,
+    shows: str,
+    when_red: str,
+    unit: str,
+    expr: str,
+    width: int,
+    steps: Steps,
+    value_text: Mapping[str, tuple[str, str]] | None = None,
+) -> PanelSpec:
+    """A short stat of ``expr``'s current value, one per cluster."""
+    return PanelSpec(
+        kind="stat",
+        title=title,
+        shows=shows,
+        when_red=when_red,
+        unit=unit,
+        queries=(Query(expr, legend="{{cluster}}", instant=True),),
+        width=width,
+        height=5,
+        steps=steps,
+        value_text=value_text or {},
+    )
+
+
+def exporter_up_stat(*, title: str, shows: str, when_red: str, width: int) -> PanelSpec:
+    """kafka_txn_exporter_up per cluster, shown as UP or DOWN."""
+    return _cluster_stat(
+        title=title,
+        shows=shows,
+        when_red=when_red,
+        unit="none",
+        expr=_EXPORTER_UP,
+        width=width,
+        steps=RED_BELOW_1,
+        value_text={"0": ("DOWN", "red"), "1": ("UP", "green")},
+    )
+
+
+def data_age_stat(
+    *,
+    shows: str,
+    when_red: str,
+    width: int,
+    title: str = "Snapshot age",
+    expr: str = _SNAPSHOT_AGE,
+) -> PanelSpec:
+    """An age in seconds per cluster (by default the served snapshot's), red when stale."""
+    return _cluster_stat(
+        title=title,
+        shows=shows,
+        when_red=when_red,
+        unit="s",
+        expr=expr,
+        width=width,
+        steps=STALE_DATA,
+    )
+
+
+def findings_table(
+    *,
+    title: str,
+    shows: str,
+    when_red: str,
+    metric: str,
+    columns: tuple[str, ...],
+    selector: str,
+    link_partitions: bool = False,
+) -> PanelSpec:
+    """A full-width table of an ``*_info`` findings metric, one row per finding."""
+    return PanelSpec(
+        kind="table",
+        title=title,
+        shows=shows,
+        when_red=when_red,
+        unit="none",
+        queries=(Query(max_by(", ".join(columns), metric, selector), table=True),),
+        width=GRID_WIDTH,
+        column_order=columns,
+        partition_link_columns=("partition",) if link_partitions else (),
+    )
 
 
 # ---------------------------------------------------------------- variables

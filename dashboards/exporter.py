@@ -5,15 +5,18 @@ from __future__ import annotations
 from grafanalib.core import Dashboard
 
 from dashboards.common import (
+    ANY_RATE,
     CLUSTER,
     EXPORTER_UID,
-    RED_BELOW_1,
     PanelSpec,
     Query,
     Section,
     cluster_variable,
     dashboard,
+    data_age_stat,
     datasource_variable,
+    exporter_up_stat,
+    max_by,
     runbook,
 )
 
@@ -25,60 +28,26 @@ def _health() -> Section:
     return Section(
         "Health",
         (
-            PanelSpec(
-                kind="stat",
+            exporter_up_stat(
                 title="Up",
                 shows="kafka_txn_exporter_up per cluster: 1 when every stage of the last "
                 "collection cycle succeeded, 0 when any part failed (what succeeded is still "
                 "exported).",
                 when_red=f"Follow {DOWN}; the request errors panel names the failing Kafka API.",
-                unit="none",
-                queries=(
-                    Query(
-                        f"min by (cluster) (kafka_txn_exporter_up{{{CLUSTER}}})",
-                        legend="{{cluster}}",
-                        instant=True,
-                    ),
-                ),
                 width=6,
-                height=5,
-                steps=RED_BELOW_1,
-                value_text={"0": ("DOWN", "red"), "1": ("UP", "green")},
             ),
-            PanelSpec(
-                kind="stat",
+            data_age_stat(
                 title="Last successful cycle",
                 shows="When the last complete collection cycle finished, per cluster.",
                 when_red=f"Red when older than 5 minutes: follow {STALE}.",
-                unit="s",
-                queries=(
-                    Query(
-                        "time() - max by (cluster) "
-                        f"(kafka_txn_exporter_last_success_timestamp_seconds{{{CLUSTER}}})",
-                        legend="{{cluster}}",
-                        instant=True,
-                    ),
-                ),
+                expr="time() - "
+                + max_by("cluster", "kafka_txn_exporter_last_success_timestamp_seconds"),
                 width=6,
-                height=5,
-                steps=(("green", None), ("orange", 120.0), ("red", 300.0)),
             ),
-            PanelSpec(
-                kind="stat",
-                title="Snapshot age",
+            data_age_stat(
                 shows="Age of the snapshot the exporter serves on /metrics, per cluster.",
                 when_red=f"Red above 5 minutes: follow {STALE}.",
-                unit="s",
-                queries=(
-                    Query(
-                        f"max by (cluster) (kafka_txn_exporter_snapshot_age_seconds{{{CLUSTER}}})",
-                        legend="{{cluster}}",
-                        instant=True,
-                    ),
-                ),
                 width=6,
-                height=5,
-                steps=(("green", None), ("orange", 120.0), ("red", 300.0)),
             ),
             PanelSpec(
                 kind="stat",
@@ -138,8 +107,7 @@ def _cycles() -> Section:
                 unit="s",
                 queries=(
                     Query(
-                        "max by (cluster, stage) "
-                        f"(kafka_txn_exporter_stage_duration_seconds{{{CLUSTER}}})",
+                        max_by("cluster, stage", "kafka_txn_exporter_stage_duration_seconds"),
                         legend="{{cluster}} {{stage}}",
                     ),
                 ),
@@ -180,7 +148,7 @@ def _cycles() -> Section:
                     ),
                 ),
                 width=12,
-                steps=(("green", None), ("red", 0.01)),
+                steps=ANY_RATE,
             ),
         ),
     )

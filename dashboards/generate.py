@@ -9,7 +9,6 @@ The same bytes go to ``dashboards/generated/`` and to the Helm chart's
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -19,14 +18,11 @@ from typing import Any
 from grafanalib._gen import DashboardEncoder
 from grafanalib.core import Dashboard
 
-from dashboards import exporter, overview, partition
+from dashboards import exporter, output, overview, partition
 from dashboards.common import substitute_variables
+from dashboards.output import HELM_FILES, REPO
 
-REPO = Path(__file__).resolve().parent.parent
-OUTPUT_DIRS = (
-    REPO / "dashboards" / "generated",
-    REPO / "deploy" / "helm" / "kafka-txn-exporter" / "files" / "dashboards",
-)
+OUTPUT_DIRS = (REPO / "dashboards" / "generated", HELM_FILES / "dashboards")
 
 #: Output file name -> builder.
 DASHBOARDS: Mapping[str, Callable[[], Dashboard]] = {
@@ -98,16 +94,15 @@ def variable_queries() -> dict[str, dict[str, str]]:
     }
 
 
+def _files(expected: Mapping[str, str], directory: Path) -> dict[Path, str]:
+    return {directory / name: text for name, text in sorted(expected.items())}
+
+
 def differences(expected: Mapping[str, str], directories: Sequence[Path]) -> list[str]:
     """Paths whose content is not the expected text, plus stray JSON files."""
     problems = []
     for directory in directories:
-        for name, text in sorted(expected.items()):
-            path = directory / name
-            if not path.is_file():
-                problems.append(f"{path}: missing")
-            elif path.read_text(encoding="utf-8") != text:
-                problems.append(f"{path}: differs from the generator output")
+        problems += output.differences(_files(expected, directory))
         if directory.is_dir():
             for path in sorted(directory.glob("*.json")):
                 if path.name not in expected:
@@ -119,18 +114,12 @@ def write(expected: Mapping[str, str], directories: Sequence[Path]) -> list[Path
     written = []
     for directory in directories:
         directory.mkdir(parents=True, exist_ok=True)
-        for name, text in sorted(expected.items()):
-            path = directory / name
-            path.write_text(text, encoding="utf-8")
-            written.append(path)
+        written += output.write(_files(expected, directory))
     return written
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dashboards.generate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true",
-                        help="do not write; exit 1 if a generated file is missing or differs")
+    parser = output.generator_parser("python -m dashboards.generate", __doc__)
     parser.add_argument("--list-expressions", action="store_true",
                         help="print every PromQL expression the dashboards use and exit")
     args = parser.parse_args(argv)
@@ -142,12 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     expected = rendered()
     if args.check:
         problems = differences(expected, OUTPUT_DIRS)
-        for problem in problems:
-            print(problem, file=sys.stderr)
-        if problems:
-            print("run: python -m dashboards.generate", file=sys.stderr)
-            return 1
-        return 0
+        return output.report_check(problems, "python -m dashboards.generate")
     for path in write(expected, OUTPUT_DIRS):
         print(f"wrote {path.relative_to(REPO)}")
     return 0

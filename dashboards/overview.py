@@ -5,10 +5,19 @@ from __future__ import annotations
 from grafanalib.core import Dashboard
 
 from dashboards.common import (
+    ANY_RATE,
     CLI,
     CLUSTER,
+    COORDINATOR_LEGEND,
     GREEN_THEN_RED_AT_1,
+    LSO_LAG_LINE,
+    LSO_LAG_STAT,
     OVERVIEW_UID,
+    PARTITION_LEGEND,
+    PARTITION_LSO_LAG,
+    PER_BROKER,
+    PER_COORDINATOR,
+    PER_PARTITION,
     RED_BELOW_1,
     TOPIC,
     PanelSpec,
@@ -16,10 +25,17 @@ from dashboards.common import (
     Section,
     cluster_variable,
     dashboard,
+    data_age_stat,
     datasource_variable,
+    exporter_up_stat,
+    findings_table,
+    max_by,
+    per_broker,
     runbook,
     topic_variable,
 )
+
+SELECTOR = f"{CLUSTER},{TOPIC}"
 
 FINDING_COLUMNS = (
     "cluster",
@@ -31,6 +47,11 @@ FINDING_COLUMNS = (
     "producer_epoch",
     "start_offset",
 )
+
+
+def _total(expr: str) -> Query:
+    """The sum of ``expr`` over the selected clusters, now."""
+    return Query(f"sum({expr})", instant=True)
 
 
 def _summary() -> Section:
@@ -47,11 +68,7 @@ def _summary() -> Section:
                 f"`{CLI} find-hanging` and abort with `{CLI} abort`.",
                 unit="none",
                 queries=(
-                    Query(
-                        "sum(max by (cluster, broker) "
-                        f"(kafka_txn_hanging_transactions{{{CLUSTER}}}))",
-                        instant=True,
-                    ),
+                    _total(max_by(PER_BROKER, "kafka_txn_hanging_transactions")),
                 ),
                 width=4,
                 height=5,
@@ -67,11 +84,7 @@ def _summary() -> Section:
                 f"with `{CLI} describe-producers --topic T --partition P`.",
                 unit="none",
                 queries=(
-                    Query(
-                        "sum(max by (cluster, broker) "
-                        f"(kafka_txn_partitions_with_late_transactions{{{CLUSTER}}}))",
-                        instant=True,
-                    ),
+                    _total(max_by(PER_BROKER, "kafka_txn_partitions_with_late_transactions")),
                 ),
                 width=4,
                 height=5,
@@ -90,7 +103,7 @@ def _summary() -> Section:
                 ),
                 width=4,
                 height=5,
-                steps=(("green", None), ("orange", 10000.0), ("red", 100000.0)),
+                steps=LSO_LAG_STAT,
             ),
             PanelSpec(
                 kind="stat",
@@ -102,54 +115,29 @@ def _summary() -> Section:
                 "re-enable the setting with kafka-configs.sh.",
                 unit="none",
                 queries=(
-                    Query(
-                        "sum(1 - max by (cluster, broker) "
-                        f"(kafka_txn_broker_transaction_verification_enabled{{{CLUSTER}}}))",
-                        instant=True,
+                    _total(
+                        "1 - "
+                        + max_by(PER_BROKER, "kafka_txn_broker_transaction_verification_enabled")
                     ),
                 ),
                 width=4,
                 height=5,
                 steps=GREEN_THEN_RED_AT_1,
             ),
-            PanelSpec(
-                kind="stat",
+            exporter_up_stat(
                 title="Exporter up",
                 shows="Whether the last collection cycle of the exporter succeeded completely, "
                 "per cluster (1 = up). When it is down the other panels may be stale or "
                 "partial.",
                 when_red=f"Follow {runbook('KafkaTxnExporterDown')}; open the exporter "
                 "dashboard for the failing stage and request errors.",
-                unit="none",
-                queries=(
-                    Query(
-                        f"min by (cluster) (kafka_txn_exporter_up{{{CLUSTER}}})",
-                        legend="{{cluster}}",
-                        instant=True,
-                    ),
-                ),
                 width=4,
-                height=5,
-                steps=RED_BELOW_1,
-                value_text={"0": ("DOWN", "red"), "1": ("UP", "green")},
             ),
-            PanelSpec(
-                kind="stat",
-                title="Snapshot age",
+            data_age_stat(
                 shows="Age of the data the exporter serves, per cluster. It normally stays "
                 "below the collection interval plus one cycle.",
                 when_red=f"Red above 5 minutes: follow {runbook('KafkaTxnExporterDataStale')}.",
-                unit="s",
-                queries=(
-                    Query(
-                        f"max by (cluster) (kafka_txn_exporter_snapshot_age_seconds{{{CLUSTER}}})",
-                        legend="{{cluster}}",
-                        instant=True,
-                    ),
-                ),
                 width=4,
-                height=5,
-                steps=(("green", None), ("orange", 120.0), ("red", 300.0)),
             ),
         ),
     )
@@ -166,13 +154,7 @@ def _brokers() -> Section:
                 when_red=f"Any value above 0: follow {runbook('KafkaTransactionHanging')}; "
                 f"`{CLI} find-hanging --broker-id B` lists them.",
                 unit="none",
-                queries=(
-                    Query(
-                        "max by (cluster, broker) "
-                        f"(kafka_txn_hanging_transactions{{{CLUSTER}}})",
-                        legend="{{cluster}} broker {{broker}}",
-                    ),
-                ),
+                queries=(per_broker("kafka_txn_hanging_transactions"),),
                 steps=GREEN_THEN_RED_AT_1,
             ),
             PanelSpec(
@@ -183,13 +165,7 @@ def _brokers() -> Section:
                 when_red=f"Any value above 0: follow {runbook('KafkaTransactionsLate')}; the "
                 "late-transactions table below names the partitions.",
                 unit="none",
-                queries=(
-                    Query(
-                        "max by (cluster, broker) "
-                        f"(kafka_txn_partitions_with_late_transactions{{{CLUSTER}}})",
-                        legend="{{cluster}} broker {{broker}}",
-                    ),
-                ),
+                queries=(per_broker("kafka_txn_partitions_with_late_transactions"),),
                 steps=GREEN_THEN_RED_AT_1,
             ),
             PanelSpec(
@@ -201,14 +177,8 @@ def _brokers() -> Section:
                 when_red=f"Above 100000 offsets and rising: follow "
                 f"{runbook('KafkaLastStableOffsetLagGrowing')}.",
                 unit="short",
-                queries=(
-                    Query(
-                        "max by (cluster, broker) "
-                        f"(kafka_txn_max_last_stable_offset_lag{{{CLUSTER}}})",
-                        legend="{{cluster}} broker {{broker}}",
-                    ),
-                ),
-                steps=(("green", None), ("red", 100000.0)),
+                queries=(per_broker("kafka_txn_max_last_stable_offset_lag"),),
+                steps=LSO_LAG_LINE,
             ),
             PanelSpec(
                 kind="stat",
@@ -218,12 +188,7 @@ def _brokers() -> Section:
                 f"{runbook('KafkaTransactionVerificationDisabled')}.",
                 unit="none",
                 queries=(
-                    Query(
-                        "max by (cluster, broker) "
-                        f"(kafka_txn_broker_transaction_verification_enabled{{{CLUSTER}}})",
-                        legend="{{cluster}} broker {{broker}}",
-                        instant=True,
-                    ),
+                    per_broker("kafka_txn_broker_transaction_verification_enabled", instant=True),
                 ),
                 width=12,
                 height=5,
@@ -239,12 +204,7 @@ def _brokers() -> Section:
                 "partitions: align the setting with kafka-configs.sh.",
                 unit="s",
                 queries=(
-                    Query(
-                        "max by (cluster, broker) "
-                        f"(kafka_txn_broker_transaction_max_timeout_seconds{{{CLUSTER}}})",
-                        legend="{{cluster}} broker {{broker}}",
-                        instant=True,
-                    ),
+                    per_broker("kafka_txn_broker_transaction_max_timeout_seconds", instant=True),
                 ),
                 width=12,
                 height=5,
@@ -269,9 +229,10 @@ def _coordinators() -> Section:
                 unit="s",
                 queries=(
                     Query(
-                        "max by (cluster, coordinator) "
-                        f"(kafka_txn_active_transaction_open_time_max_seconds{{{CLUSTER}}})",
-                        legend="{{cluster}} coordinator {{coordinator}}",
+                        max_by(
+                            PER_COORDINATOR, "kafka_txn_active_transaction_open_time_max_seconds"
+                        ),
+                        legend=COORDINATOR_LEGEND,
                     ),
                 ),
                 steps=(("green", None), ("red", 960.0)),
@@ -288,10 +249,11 @@ def _coordinators() -> Section:
                 unit="s",
                 queries=(
                     Query(
-                        "max by (cluster, coordinator) "
-                        "(kafka_txn_two_phase_commit_transaction_open_time_max_seconds"
-                        f"{{{CLUSTER}}})",
-                        legend="{{cluster}} coordinator {{coordinator}}",
+                        max_by(
+                            PER_COORDINATOR,
+                            "kafka_txn_two_phase_commit_transaction_open_time_max_seconds",
+                        ),
+                        legend=COORDINATOR_LEGEND,
                     ),
                 ),
                 steps=(("green", None), ("red", 3600.0)),
@@ -310,10 +272,10 @@ def _coordinators() -> Section:
                         "max by (cluster, coordinator) (rate("
                         f"kafka_txn_coordinator_timeout_aborts_total{{{CLUSTER}}}"
                         "[$__rate_interval]))",
-                        legend="{{cluster}} coordinator {{coordinator}}",
+                        legend=COORDINATOR_LEGEND,
                     ),
                 ),
-                steps=(("green", None), ("red", 0.01)),
+                steps=ANY_RATE,
             ),
             PanelSpec(
                 kind="timeseries",
@@ -359,8 +321,7 @@ def _findings() -> Section:
     return Section(
         "Findings (filtered by topic)",
         (
-            PanelSpec(
-                kind="table",
+            findings_table(
                 title="Hanging transactions",
                 shows="Every confirmed hanging transaction with the producer, its "
                 "transactional id (empty when no coordinator knows one), the start offset to "
@@ -368,36 +329,21 @@ def _findings() -> Section:
                 when_red="Any row: follow "
                 f"{runbook('KafkaTransactionHanging')}; abort with `{CLI} abort --topic T "
                 "--partition P --start-offset O` (dry run first, then --yes).",
-                unit="none",
-                queries=(
-                    Query(
-                        f"max by ({', '.join(FINDING_COLUMNS)}, reason) "
-                        f"(kafka_txn_hanging_transaction_info{{{CLUSTER},{TOPIC}}})",
-                        table=True,
-                    ),
-                ),
-                width=24,
-                column_order=(*FINDING_COLUMNS, "reason"),
-                partition_link_columns=("partition",),
+                metric="kafka_txn_hanging_transaction_info",
+                columns=(*FINDING_COLUMNS, "reason"),
+                selector=SELECTOR,
+                link_partitions=True,
             ),
-            PanelSpec(
-                kind="table",
+            findings_table(
                 title="Late transactions",
                 shows="Every open transaction older than transaction.max.timeout.ms + 5 min, "
                 "with its class (late, hanging, suspected_hanging, two_phase_commit, unknown).",
                 when_red=f"Any row: follow {runbook('KafkaTransactionsLate')}; "
                 f"`{CLI} describe --transactional-id ID` shows what the coordinator thinks.",
-                unit="none",
-                queries=(
-                    Query(
-                        f"max by ({', '.join(FINDING_COLUMNS)}, class) "
-                        f"(kafka_txn_late_transaction_info{{{CLUSTER},{TOPIC}}})",
-                        table=True,
-                    ),
-                ),
-                width=24,
-                column_order=(*FINDING_COLUMNS, "class"),
-                partition_link_columns=("partition",),
+                metric="kafka_txn_late_transaction_info",
+                columns=(*FINDING_COLUMNS, "class"),
+                selector=SELECTOR,
+                link_partitions=True,
             ),
             PanelSpec(
                 kind="timeseries",
@@ -409,13 +355,12 @@ def _findings() -> Section:
                 unit="short",
                 queries=(
                     Query(
-                        "topk(10, max by (cluster, topic, partition) "
-                        f"(kafka_txn_partition_last_stable_offset_lag{{{CLUSTER},{TOPIC}}}))",
-                        legend="{{cluster}} {{topic}}-{{partition}}",
+                        f"topk(10, {max_by(PER_PARTITION, PARTITION_LSO_LAG, SELECTOR)})",
+                        legend=PARTITION_LEGEND,
                     ),
                 ),
                 width=24,
-                steps=(("green", None), ("red", 100000.0)),
+                steps=LSO_LAG_LINE,
             ),
         ),
     )

@@ -8,8 +8,13 @@ from dashboards.common import (
     CLI,
     CLUSTER,
     GREEN_THEN_RED_AT_1,
+    LSO_LAG_LINE,
+    LSO_LAG_STAT,
     PARTITION,
+    PARTITION_LEGEND,
+    PARTITION_LSO_LAG,
     PARTITION_UID,
+    PER_PARTITION,
     TOPIC,
     PanelSpec,
     Query,
@@ -17,6 +22,8 @@ from dashboards.common import (
     cluster_variable,
     dashboard,
     datasource_variable,
+    findings_table,
+    max_by,
     partition_variable,
     runbook,
     topic_variable,
@@ -34,6 +41,16 @@ FINDING_COLUMNS = (
     "start_offset",
     "start_time_source",
 )
+MAX_ACTIVE_DURATION = "kafka_txn_partition_max_active_transaction_duration_seconds"
+
+
+def _selected(metric: str, *, now: bool = False) -> Query:
+    """``metric`` per selected partition: its current value for a stat, else a line."""
+    return Query(
+        max_by(PER_PARTITION, metric, SELECTOR),
+        legend="{{topic}}-{{partition}}" if now else PARTITION_LEGEND,
+        instant=now,
+    )
 
 
 def _now() -> Section:
@@ -50,17 +67,10 @@ def _now() -> Section:
                 f"`{CLI} describe-producers --topic T --partition P` shows the open "
                 "transaction.",
                 unit="short",
-                queries=(
-                    Query(
-                        "max by (cluster, topic, partition) "
-                        f"(kafka_txn_partition_last_stable_offset_lag{{{SELECTOR}}})",
-                        legend="{{topic}}-{{partition}}",
-                        instant=True,
-                    ),
-                ),
+                queries=(_selected(PARTITION_LSO_LAG, now=True),),
                 width=8,
                 height=5,
-                steps=(("green", None), ("orange", 10000.0), ("red", 100000.0)),
+                steps=LSO_LAG_STAT,
             ),
             PanelSpec(
                 kind="stat",
@@ -70,15 +80,7 @@ def _now() -> Section:
                 when_red="Red beyond 20 minutes (the default transaction.max.timeout.ms + 5 "
                 f"min): follow {runbook('KafkaTransactionsLate')}.",
                 unit="s",
-                queries=(
-                    Query(
-                        "max by (cluster, topic, partition) "
-                        "(kafka_txn_partition_max_active_transaction_duration_seconds"
-                        f"{{{SELECTOR}}})",
-                        legend="{{topic}}-{{partition}}",
-                        instant=True,
-                    ),
-                ),
+                queries=(_selected(MAX_ACTIVE_DURATION, now=True),),
                 width=8,
                 height=5,
                 steps=(("green", None), ("orange", 900.0), ("red", 1200.0)),
@@ -117,15 +119,9 @@ def _history() -> Section:
                 when_red="Above 100000 offsets and still growing: follow "
                 f"{runbook('KafkaLastStableOffsetLagGrowing')}.",
                 unit="short",
-                queries=(
-                    Query(
-                        "max by (cluster, topic, partition) "
-                        f"(kafka_txn_partition_last_stable_offset_lag{{{SELECTOR}}})",
-                        legend="{{cluster}} {{topic}}-{{partition}}",
-                    ),
-                ),
+                queries=(_selected(PARTITION_LSO_LAG),),
                 width=12,
-                steps=(("green", None), ("red", 100000.0)),
+                steps=LSO_LAG_LINE,
             ),
             PanelSpec(
                 kind="timeseries",
@@ -138,15 +134,9 @@ def _history() -> Section:
                 f"`{CLI} find-hanging --topic T --partition P` tells whether it hangs.",
                 unit="s",
                 queries=(
+                    _selected(MAX_ACTIVE_DURATION),
                     Query(
-                        "max by (cluster, topic, partition) "
-                        "(kafka_txn_partition_max_active_transaction_duration_seconds"
-                        f"{{{SELECTOR}}})",
-                        legend="{{cluster}} {{topic}}-{{partition}}",
-                    ),
-                    Query(
-                        "max by (cluster) "
-                        f"(kafka_txn_broker_transaction_max_timeout_seconds{{{CLUSTER}}})",
+                        max_by("cluster", "kafka_txn_broker_transaction_max_timeout_seconds"),
                         legend="{{cluster}} transaction.max.timeout.ms",
                     ),
                 ),
@@ -161,8 +151,7 @@ def _findings() -> Section:
     return Section(
         "Findings",
         (
-            PanelSpec(
-                kind="table",
+            findings_table(
                 title="Hanging transactions on these partitions",
                 shows="Confirmed hanging transactions on the selected partitions: producer, "
                 "transactional id, start offset, coordinator epoch and why it is considered "
@@ -170,34 +159,19 @@ def _findings() -> Section:
                 when_red="Any row: follow "
                 f"{runbook('KafkaTransactionHanging')}. Abort with `{CLI} abort --topic T "
                 "--partition P --start-offset O` (dry run), then again with --yes.",
-                unit="none",
-                queries=(
-                    Query(
-                        f"max by ({', '.join(FINDING_COLUMNS)}, coordinator_epoch, reason) "
-                        f"(kafka_txn_hanging_transaction_info{{{SELECTOR}}})",
-                        table=True,
-                    ),
-                ),
-                width=24,
-                column_order=(*FINDING_COLUMNS, "coordinator_epoch", "reason"),
+                metric="kafka_txn_hanging_transaction_info",
+                columns=(*FINDING_COLUMNS, "coordinator_epoch", "reason"),
+                selector=SELECTOR,
             ),
-            PanelSpec(
-                kind="table",
+            findings_table(
                 title="Late transactions on these partitions",
                 shows="Open transactions on the selected partitions older than "
                 "transaction.max.timeout.ms + 5 min, with their class.",
                 when_red=f"Any row: follow {runbook('KafkaTransactionsLate')}; "
                 f"`{CLI} describe --transactional-id ID` for the coordinator's view.",
-                unit="none",
-                queries=(
-                    Query(
-                        f"max by ({', '.join(FINDING_COLUMNS)}, class) "
-                        f"(kafka_txn_late_transaction_info{{{SELECTOR}}})",
-                        table=True,
-                    ),
-                ),
-                width=24,
-                column_order=(*FINDING_COLUMNS, "class"),
+                metric="kafka_txn_late_transaction_info",
+                columns=(*FINDING_COLUMNS, "class"),
+                selector=SELECTOR,
             ),
         ),
     )
