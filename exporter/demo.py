@@ -18,7 +18,7 @@ from pathlib import Path
 from types import FrameType
 
 from exporter.cli import setup_logging
-from exporter.config import parse_config
+from exporter.config import Config, ConfigError, parse_config
 from exporter.daemon import Daemon
 from exporter.testbed.broker import KafkaCluster
 from exporter.testbed.scenarios import (
@@ -50,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--web.listen-address", dest="listen", default="127.0.0.1:9851")
     parser.add_argument("--interval", default="5s", help="collection interval (default 5s)")
     args = parser.parse_args(argv)
+    try:  # bad flags are reported before anything starts
+        _config(args.listen, args.interval, "127.0.0.1:9092")
+    except ConfigError as e:
+        parser.error(str(e))
     setup_logging("info")
     stop = threading.Event()
 
@@ -64,11 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         bootstrap = cluster.bootstrap_servers
         cluster.create_topic("orders", partitions=3)
         cluster.create_topic("payments", partitions=2)
-        config = parse_config({
-            "web": {"listen_address": args.listen},
-            "clusters": [{"name": "demo", "bootstrap_servers": bootstrap,
-                          "interval": args.interval, "request_timeout": "3s"}],
-        })
+        config = _config(args.listen, args.interval, bootstrap)
         daemon = Daemon(config)
         traffic = threading.Thread(target=_traffic, args=(bootstrap, stop), daemon=True)
         with OpenTransaction(bootstrap, "payments", partition=0,
@@ -90,6 +90,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _config(listen: str, interval: str, bootstrap: str) -> Config:
+    return parse_config({
+        "web": {"listen_address": listen},
+        "clusters": [{"name": "demo", "bootstrap_servers": bootstrap, "interval": interval,
+                      "request_timeout": "900ms"}],
+    })
+
+
 def _explain(listen: str, bootstrap: str, topic: str, partition: int, producer_id: int,
              start_offset: int) -> None:
     host, _, port = listen.rpartition(":")
@@ -100,8 +108,8 @@ kafka-txn-exporter demo is running.
   Metrics:  {base}/metrics     (ready: {base}/readyz)
 
 What to expect within two or three cycles (5 s each):
-  kafka_txn_hanging_transaction_info{{topic="{topic}",partition="{partition}",\
-      producer_id="{producer_id}",start_offset="{start_offset}"}} 1
+  kafka_txn_hanging_transaction_info{{topic="{topic}",partition="{partition}",
+      producer_id="{producer_id}",start_offset="{start_offset}",...}} 1
       a hanging transaction: open on the partition, unknown to its coordinator (KIP-664)
   kafka_txn_partitions_with_late_transactions{{broker="1"}} 1   (it is back-dated 30 minutes)
   kafka_txn_partition_last_stable_offset_lag{{topic="payments",partition="0"}} growing
@@ -110,7 +118,7 @@ What to expect within two or three cycles (5 s each):
 
 Try the operator commands in another shell:
   .venv/bin/kafka-txn-exporter find-hanging --bootstrap-server {bootstrap} --max-transaction-timeout 0
-  .venv/bin/kafka-txn-exporter abort --bootstrap-server {bootstrap} \
+  .venv/bin/kafka-txn-exporter abort --bootstrap-server {bootstrap} \\
       --topic {topic} --partition {partition} --start-offset {start_offset}
 
 Ctrl-C stops everything.
