@@ -1,0 +1,226 @@
+"""The pipeline on Spark Connect gives exactly what it gives on the embedded local session.
+
+A real Spark Connect server (the one in the pyspark wheel, ``SparkConnectServer`` through
+``spark-submit``) runs on loopback as a subprocess of the test; the Connect client runs in a
+separate Python process (:mod:`tests.integration.spark_connect_cycles`), since a Connect
+client and the test process's classic session do not mix in one process. Both compute the
+same cycles (the warm-up snapshot and a two-cycle snapshot with every class), and the
+results must be equal field by field.
+
+Needs the ``connect`` extra (``pyspark[connect]``: grpcio, pandas, ...) and a JDK.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyspark
+import pytest
+from pyspark.sql import SparkSession
+
+from exporter.model import CycleResult, TxnClass
+from exporter.pipeline.compute import compute
+from tests.integration.spark_connect_cycles import CYCLES, comparable, run_cycles
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+
+REPO = Path(__file__).resolve().parents[2]
+SPARK_HOME = Path(pyspark.__file__).resolve().parent
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+START_TIMEOUT_S = 120.0
+CLIENT_TIMEOUT_S = 180.0
+STOP_TIMEOUT_S = 20.0
+
+#: The server's side of the deployment: what session.LOCAL_DEFAULTS sets for the embedded
+#: session (static settings belong to the Connect server, see session_conf).
+SERVER_CONF = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.catalogImplementation": "in-memory",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "1",
+    "spark.default.parallelism": "2",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.connect.grpc.binding.address": "127.0.0.1",
+}
+#: The server logs warnings, and the Connect service's own start-up lines, to its log file.
+SERVER_LOG4J2 = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = %d{HH:mm:ss,SSS} %p %c{1}: %m%n
+logger.connect.name = org.apache.spark.sql.connect.service
+logger.connect.level = info
+"""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def port_answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def log_tail(path: Path, lines: int = 60) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as e:
+        return f"(no server log: {e})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the server's process group (spark-submit's launcher and the JVM), SIGKILL it
+    if it has not exited in time, and SIGKILL whatever is left of the group: no JVM outlives
+    the test. The group is the one the server was started in (``start_new_session``)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=STOP_TIMEOUT_S)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Spark Connect server on 127.0.0.1 (local[2], 512m driver, no UI) for this module."""
+    work = tmp_path_factory.mktemp("spark-connect")
+    log_path = work / "server.log"
+    log4j = work / "log4j2.properties"
+    log4j.write_text(SERVER_LOG4J2)
+    port = free_port()
+    conf = {
+        **SERVER_CONF,
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.local.dir": str(work / "local"),
+        "spark.sql.warehouse.dir": str(work / "warehouse"),
+    }
+    command = [
+        str(SPARK_HOME / "bin" / "spark-submit"),
+        "--class", SERVER_CLASS,
+        "--name", "kafka-txn-exporter-connect-test",
+        "--master", "local[2]",
+        "--driver-memory", "512m",
+        "--driver-java-options", f"-Dlog4j2.configurationFile={log4j} -Djava.io.tmpdir={work}",
+        *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")),
+        "spark-internal",
+    ]
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(SPARK_HOME),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_CONNECT_MODE": "0",  # as sbin/start-connect-server.sh: this is the server
+    }
+    env.pop("SPARK_REMOTE", None)
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(command, cwd=work, env=env, stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not port_answers(port):
+            if proc.poll() is not None:
+                pytest.fail(f"Spark Connect server exited with {proc.returncode}:\n"
+                            f"{log_tail(log_path)}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"Spark Connect server did not answer on 127.0.0.1:{port} within "
+                            f"{START_TIMEOUT_S:.0f} s:\n{log_tail(log_path)}")
+            time.sleep(0.5)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        stop_server(proc)
+
+
+def start_connect_client(url: str) -> subprocess.Popen[str]:
+    """The cycles of :data:`CYCLES` on Spark Connect, in a fresh Python process."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE", "PYSPARK_SUBMIT_ARGS")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.spark_connect_cycles", url],
+        cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )
+
+
+def connect_client_output(client: subprocess.Popen[str]) -> dict[str, Any]:
+    """The client's JSON document; fails (and ends the client) after CLIENT_TIMEOUT_S."""
+    try:
+        out, err = client.communicate(timeout=CLIENT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        client.kill()
+        out, err = client.communicate()
+        pytest.fail(f"Connect client did not finish within {CLIENT_TIMEOUT_S:.0f} s:\n{err[-6000:]}")
+    assert client.returncode == 0, f"Connect client failed:\n{out}\n{err[-6000:]}"
+    document: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return document
+
+
+def assert_meaningful(results: list[CycleResult]) -> None:
+    """The cycles exercise what they claim to (on the local session, the reference)."""
+    warmup, rich1, rich2 = results
+    assert dict(warmup.open_transactions_by_class)[TxnClass.HANGING] == 1
+    classes1 = dict(rich1.open_transactions_by_class)
+    assert classes1[TxnClass.SUSPECTED_HANGING] == 1
+    assert classes1[TxnClass.LATE] == 1
+    assert classes1[TxnClass.TWO_PHASE_COMMIT] == 1
+    assert classes1[TxnClass.UNKNOWN] == 1
+    assert classes1[TxnClass.ONGOING] == 1
+    assert rich1.hanging_candidates == ((("t", 0, 100, 100), 1),)
+    assert rich1.timeout_aborts == ()
+    assert any(p.lso_lag is None for p in rich1.partitions)
+    assert max(p.lso_lag or 0 for p in rich1.partitions) == 400
+    classes2 = dict(rich2.open_transactions_by_class)
+    assert classes2[TxnClass.HANGING] == 1
+    assert rich2.hanging_candidates == ((("t", 0, 100, 100), 2),)
+    assert [(a.transactional_id, a.old_epoch, a.new_epoch) for a in rich2.timeout_aborts] == [
+        ("slow", 5, 6)]
+    assert any(c.two_phase_commit_open_time_max_ms > 0 for c in rich1.coordinators)
+
+
+def test_pipeline_on_spark_connect_equals_local(spark: SparkSession, connect_url: str) -> None:
+    # The Connect client works in its own process meanwhile: both finish sooner.
+    client = start_connect_client(connect_url)
+    try:
+        local = run_cycles(lambda snap, settings, previous, now_ms: compute(
+            spark, snap, settings, previous, now_ms))
+        assert_meaningful(local)
+        remote = connect_client_output(client)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait(timeout=STOP_TIMEOUT_S)
+    assert remote["session"] == "pyspark.sql.connect.session.SparkSession"
+    assert remote["jvm_in_client"] is False
+    assert len(remote["results"]) == len(CYCLES)
+    for (name, *_), expected, got in zip(CYCLES, local, remote["results"], strict=True):
+        want = comparable(expected)
+        assert set(got) == set(want), name
+        for field in dataclasses.fields(CycleResult):
+            assert got[field.name] == want[field.name], f"cycle {name}: field {field.name}"
