@@ -12,7 +12,7 @@ import json
 import logging
 import signal
 import sys
-import threading
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from types import FrameType
@@ -49,6 +49,28 @@ def setup_logging(level: str, fmt: str = "text") -> None:
     # The clients are chatty at INFO; their errors reach us as results anyway.
     for noisy in ("kafka", "py4j", "apscheduler.executors.default", "apscheduler.scheduler"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+
+
+class SignalStop:
+    """Waits for SIGTERM or SIGINT.
+
+    The handler only records the signal: it runs between two bytecodes of the main thread,
+    so it must not take a lock that thread may hold (``threading.Event.set`` from a handler
+    deadlocks when a second signal arrives while the first one is inside ``Event.set``).
+    """
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        self.received = signum
+
+    def wait(self, poll_s: float = 0.2) -> None:
+        while self.received is None:
+            time.sleep(poll_s)
+        log.info("received %s, stopping", signal.Signals(self.received).name)
 
 
 def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -101,14 +123,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     config = _load(args)
     setup_logging(config.log.level, config.log.format)
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("received %s, stopping", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = SignalStop()
     daemon = Daemon(config)
     try:
         daemon.start()

@@ -145,7 +145,7 @@ class ClusterJob:
                 describe_extra=[w[0] for w in previous.watched_ongoing] if previous else ())
         except KafkaUnavailable as e:
             log.warning("cycle for cluster %s failed: %s", name, e)
-            self._metrics.request_errors.labels(name, "Metadata", "BROKER_NOT_AVAILABLE").inc()
+            self._metrics.request_errors.labels(name, "Metadata", e.error).inc()
             self._finish(replace(state, up=False), "failed", started)
             return
         except Exception:  # a bug must not stop the schedule: log it, mark the cycle failed

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 import tempfile
 import threading
 from pathlib import Path
-from types import FrameType
 
-from exporter.cli import setup_logging
+from exporter.cli import SignalStop, setup_logging
 from exporter.config import Config, ConfigError, parse_config
 from exporter.daemon import Daemon
 from exporter.testbed.broker import KafkaCluster
@@ -55,13 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         parser.error(str(e))
     setup_logging("info")
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    signals = SignalStop()
+    stop = threading.Event()  # stops the traffic thread; set from the main thread only
     work = Path(tempfile.mkdtemp(prefix="kte-demo-"))
     print("Starting a local Kafka broker (first run downloads the jars with Maven)...", flush=True)
     with KafkaCluster(brokers=1, work_dir=work / "kafka") as cluster:
@@ -81,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 traffic.start()
                 _explain(args.listen, bootstrap, hanging.topic, hanging.partition,
                          hanging.producer_id, hanging.start_offset)
-                stop.wait()
+                signals.wait()
             finally:
                 print("\nStopping the exporter, the traffic and the broker...", flush=True)
                 stop.set()

@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar
 
 from exporter.kafka.clients import confluent_config, kafka_python_config
 from exporter.kafka.errors import (
+    AUTHENTICATION_ERRORS,
     KafkaRequestError,
     KafkaUnavailable,
     error_name,
@@ -40,6 +41,9 @@ from exporter.model import (
 
 log = logging.getLogger(__name__)
 
+_LIBRDKAFKA_LOG = logging.getLogger("exporter.kafka.librdkafka")
+#: How long kafka-python's failure path asks librdkafka whether the login was refused.
+LOGIN_PROBE_TIMEOUT_S = 2.0
 K = TypeVar("K")
 T = TypeVar("T")
 TRANSACTION_CONFIGS = (
@@ -87,6 +91,9 @@ class ClusterAdmin:
         self._confluent: Any = None
         self._kafka: Any = None
         self._closed = False
+        #: The last login failure librdkafka reported through its error callback: its
+        #: request errors only say the transport failed.
+        self._login_failure: str | None = None
         # The collector uses both clients from two threads; kafka-python's must be created once.
         self._lock = threading.Lock()
 
@@ -118,29 +125,71 @@ class ClusterAdmin:
 
     def _admin(self) -> Any:
         with self._lock:
-            self._check_open()
-            if self._confluent is None:
-                from confluent_kafka.admin import AdminClient
+            return self._admin_locked()
 
-                self._confluent = AdminClient(confluent_config(
-                    self.bootstrap_servers, self._properties, self.request_timeout_ms))
-            return self._confluent
+    def _admin_locked(self) -> Any:
+        self._check_open()
+        if self._confluent is None:
+            from confluent_kafka.admin import AdminClient
+
+            config = confluent_config(self.bootstrap_servers, self._properties,
+                                      self.request_timeout_ms)
+            config.update(error_cb=self._on_librdkafka_error, logger=_LIBRDKAFKA_LOG)
+            self._confluent = AdminClient(config)
+        return self._confluent
+
+    def _on_librdkafka_error(self, err: Any) -> None:
+        name = str(err.name())
+        if name in AUTHENTICATION_ERRORS:
+            self._login_failure = AUTHENTICATION_ERRORS[name]
+            log.warning("login to %s failed: %s", self.bootstrap_servers, err.str())
 
     def _kafka_client(self) -> Any:
         """kafka-python's admin client, created on first use and again after a failure."""
         with self._lock:
             self._check_open()
             if self._kafka is None:
-                from kafka import KafkaAdminClient
-
-                try:
-                    self._kafka = KafkaAdminClient(**kafka_python_config(
-                        self.bootstrap_servers, self._properties, self.request_timeout_ms))
-                except Exception as e:
-                    raise KafkaUnavailable(
-                        f"cannot bootstrap from {self.bootstrap_servers}: {error_name(e)}: {e}"
-                    ) from e
+                self._kafka = self._new_kafka_python_client()
             return self._kafka
+
+    def _new_kafka_python_client(self) -> Any:
+        """kafka-python bootstraps in its constructor and retries a failed login until its
+        timeout; keep hold of the network client it makes, to name a login failure and to
+        stop its I/O thread when the bootstrap fails."""
+        from kafka import KafkaAdminClient
+        from kafka.net.compat import KafkaNetClient
+
+        made: list[Any] = []
+
+        def network_client(**configs: Any) -> Any:
+            made.append(KafkaNetClient(**configs))
+            return made[-1]
+
+        config = kafka_python_config(self.bootstrap_servers, self._properties,
+                                     self.request_timeout_ms)
+        try:
+            return KafkaAdminClient(kafka_client=network_client, **config)
+        except Exception as e:
+            failures = [f for c in made for f in c._manager._auth_failures.values()]
+            for c in made:  # as KafkaAdminClient.close() does: the client, then its I/O thread
+                c.close()
+                c._net.stop()
+            error = error_name(failures[0]) if failures else error_name(e)
+            if not failures:
+                # kafka-python often reports a failed SASL exchange as a lost socket; the
+                # other client names it (this costs a little time, on the failure path only).
+                error = self._login_failure_seen_by_librdkafka() or error
+            raise KafkaUnavailable(f"cannot bootstrap from {self.bootstrap_servers}: {error}: "
+                                   f"{failures[0] if failures else e}", error=error) from e
+
+    def _login_failure_seen_by_librdkafka(self) -> str | None:
+        if self._login_failure is None:
+            try:
+                admin = self._admin_locked()
+                admin.list_topics(timeout=min(self._timeout_s, LOGIN_PROBE_TIMEOUT_S))
+            except Exception:  # only its error callback is of interest here
+                admin.poll(0)
+        return self._login_failure
 
     def _check_open(self) -> None:
         if self._closed:
@@ -154,11 +203,16 @@ class ClusterAdmin:
 
     def metadata(self, topic_filter: Callable[[str], bool] | None = None) -> ClusterMetadata:
         """Brokers and partition leaders. Raises KafkaUnavailable when no broker answers."""
+        admin = self._admin()
         try:
-            md = self._admin().list_topics(timeout=self._timeout_s)
+            md = admin.list_topics(timeout=self._timeout_s)
         except Exception as e:
-            raise KafkaUnavailable(
-                f"metadata from {self.bootstrap_servers} failed: {error_name(e)}") from e
+            admin.poll(0)  # serves librdkafka's error and log callbacks queued meanwhile
+            error = self._login_failure or error_name(e)
+            raise KafkaUnavailable(f"metadata from {self.bootstrap_servers} failed: {error}",
+                                   error=error) from e
+        admin.poll(0)
+        self._login_failure = None
         brokers = tuple(sorted((Broker(b.id, b.host, b.port) for b in md.brokers.values()),
                                key=lambda b: b.broker_id))
         leaders: dict[tuple[str, int], int] = {}

@@ -9,7 +9,25 @@ _RENAMED = {"NOT_LEADER_FOR_PARTITION": "NOT_LEADER_OR_FOLLOWER"}
 
 
 class KafkaUnavailable(Exception):  # noqa: N818 - reads as a state, like Kafka's own names
-    """The cluster (or the part needed) could not be reached at all."""
+    """The cluster (or the part needed) could not be reached at all.
+
+    ``error`` names why, as Kafka would: BROKER_NOT_AVAILABLE, SASL_AUTHENTICATION_FAILED,
+    SSL_HANDSHAKE_FAILED, REQUEST_TIMED_OUT...
+    """
+
+    def __init__(self, message: str, *, error: str = "BROKER_NOT_AVAILABLE") -> None:
+        self.error = error
+        super().__init__(message)
+
+
+#: librdkafka's local error names for a failed login, and Kafka's names for them.
+AUTHENTICATION_ERRORS = {
+    "_AUTHENTICATION": "SASL_AUTHENTICATION_FAILED",
+    "SASL_AUTHENTICATION_FAILED": "SASL_AUTHENTICATION_FAILED",
+    "_SSL": "SSL_HANDSHAKE_FAILED",
+    "TOPIC_AUTHORIZATION_FAILED": "TOPIC_AUTHORIZATION_FAILED",
+    "CLUSTER_AUTHORIZATION_FAILED": "CLUSTER_AUTHORIZATION_FAILED",
+}
 
 
 class KafkaRequestError(Exception):
@@ -34,9 +52,12 @@ def error_name_for_code(code: int) -> str:
 
 def error_name(exc: BaseException) -> str:
     """A short, bounded name for any client exception, for logs and the error counter."""
-    if isinstance(exc, KafkaRequestError):
+    if isinstance(exc, KafkaRequestError | KafkaUnavailable):
         return exc.error
     import kafka.errors
+
+    if isinstance(exc, kafka.errors.SaslAuthenticationFailedError):
+        return "SASL_AUTHENTICATION_FAILED"
 
     if isinstance(exc, kafka.errors.KafkaTimeoutError):
         return "REQUEST_TIMED_OUT"

@@ -33,6 +33,9 @@ from exporter.testbed.maven import KafkaDistribution, fetch
 log = logging.getLogger(__name__)
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+#: Listener names the test bed uses itself.
+RESERVED_LISTENERS = ("PLAINTEXT", "CONTROLLER")
 STORAGE_TOOL = "kafka.tools.StorageTool"
 BROKER_MAIN = "kafka.Kafka"
 LOG_TAIL_LINES = 60
@@ -119,6 +122,24 @@ def write_logging_config(dist: KafkaDistribution, directory: Path, log_path: Pat
     return path
 
 
+@dataclass(frozen=True)
+class Listener:
+    """An extra client listener (besides the test bed's own PLAINTEXT one) on every node.
+
+    ``properties`` are broker properties for this listener only; they are written with the
+    ``listener.name.<name in lower case>.`` prefix, e.g. ``{"sasl.enabled.mechanisms":
+    "PLAIN", "plain.sasl.jaas.config": "...", "ssl.client.auth": "required"}``.
+    """
+
+    security_protocol: str
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.security_protocol not in SECURITY_PROTOCOLS:
+            raise ValueError(f"security protocol {self.security_protocol!r} is not one of "
+                             f"{', '.join(SECURITY_PROTOCOLS)}")  # fmt: skip
+
+
 @dataclass
 class BrokerNode:
     """One combined broker+controller JVM."""
@@ -129,10 +150,24 @@ class BrokerNode:
     jmx_port: int
     work_dir: Path
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    #: extra listener name -> its port on this node
+    listener_ports: dict[str, int] = field(default_factory=dict)
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def listener_port(self, name: str) -> int:
+        """The port of the extra listener ``name`` (case-insensitive) on this node."""
+        try:
+            return self.listener_ports[name.upper()]
+        except KeyError:
+            raise KeyError(f"node {self.node_id} has no listener {name!r}") from None
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        """Every port this node listens on."""
+        return (self.port, self.controller_port, self.jmx_port, *self.listener_ports.values())
 
     @property
     def data_dir(self) -> Path:
@@ -181,7 +216,10 @@ class KafkaCluster:
     """``N`` KRaft nodes (each broker+controller) on loopback. Use as a context manager.
 
     ``server_properties`` override any generated property for every node (values are
-    strings, as in ``server.properties``).
+    strings, as in ``server.properties``). ``extra_listeners`` adds client listeners (name ->
+    security protocol, or a :class:`Listener` with per-listener properties), each on its own
+    free port per node; the test bed itself keeps using the PLAINTEXT listener (readiness,
+    topics, scenarios), which also stays the inter-broker listener.
     """
 
     def __init__(
@@ -191,6 +229,7 @@ class KafkaCluster:
         brokers: int = 1,
         work_dir: Path | None = None,
         server_properties: Mapping[str, str] | None = None,
+        extra_listeners: Mapping[str, str | Listener] | None = None,
         transaction_max_timeout_ms: int | None = None,
         abort_timed_out_transaction_cleanup_interval_ms: int | None = None,
         heap: str = "512m",
@@ -214,6 +253,7 @@ class KafkaCluster:
             self.overrides["transaction.abort.timed.out.transaction.cleanup.interval.ms"] = str(
                 abort_timed_out_transaction_cleanup_interval_ms
             )
+        self.listeners = self._check_listeners(extra_listeners or {})
         self.nodes: dict[int, BrokerNode] = {
             node_id: BrokerNode(
                 node_id=node_id,
@@ -221,6 +261,7 @@ class KafkaCluster:
                 controller_port=free_port(),
                 jmx_port=free_port(),
                 work_dir=self.work_dir / f"node-{node_id}",
+                listener_ports={name: free_port() for name in self.listeners},
             )
             for node_id in range(1, brokers + 1)
         }
@@ -231,6 +272,12 @@ class KafkaCluster:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(node.bootstrap for node in self.nodes.values())
+
+    def bootstrap_for(self, listener: str) -> str:
+        """Bootstrap servers of the extra listener ``listener`` (case-insensitive)."""
+        return ",".join(
+            f"127.0.0.1:{node.listener_port(listener)}" for node in self.nodes.values()
+        )
 
     @property
     def replication_factor(self) -> int:
@@ -313,14 +360,20 @@ class KafkaCluster:
         """The full ``server.properties`` of a node, overrides applied."""
         node = self.nodes[node_id]
         single = self.size == 1
+        extra = {name: f"127.0.0.1:{node.listener_port(name)}" for name in self.listeners}
+        advertised = ",".join(
+            [f"PLAINTEXT://127.0.0.1:{node.port}"]
+            + [f"{name}://{address}" for name, address in extra.items()]
+        )
         props = {
             "process.roles": "broker,controller",
             "node.id": str(node_id),
-            "listeners": (
-                f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}"
+            "listeners": f"{advertised},CONTROLLER://127.0.0.1:{node.controller_port}",
+            "advertised.listeners": advertised,
+            "listener.security.protocol.map": ",".join(
+                ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+                + [f"{name}:{spec.security_protocol}" for name, spec in self.listeners.items()]
             ),
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "log.dirs": str(node.data_dir),
@@ -337,8 +390,24 @@ class KafkaCluster:
             "min.insync.replicas": "1",
         }
         props.update(self._quorum_properties())
+        for name, spec in self.listeners.items():
+            prefix = f"listener.name.{name.lower()}."
+            props.update({prefix + key: value for key, value in spec.properties.items()})
         props.update(self.overrides)
         return props
+
+    @staticmethod
+    def _check_listeners(listeners: Mapping[str, str | Listener]) -> dict[str, Listener]:
+        checked: dict[str, Listener] = {}
+        for raw_name, spec in listeners.items():
+            name = raw_name.upper()
+            if not name.replace("_", "").isalnum() or name in RESERVED_LISTENERS:
+                raise ValueError(f"invalid extra listener name {raw_name!r} (letters, digits, _; "
+                                 f"not {' or '.join(RESERVED_LISTENERS)})")  # fmt: skip
+            if name in checked:
+                raise ValueError(f"listener {name} is given twice")
+            checked[name] = spec if isinstance(spec, Listener) else Listener(spec)
+        return checked
 
     def _uses_standalone_format(self) -> bool:
         """4.x single node: dynamic quorum bootstrapped with ``format --standalone``."""
@@ -447,7 +516,7 @@ class KafkaCluster:
     def _wait_port_closed(self, node: BrokerNode, timeout_s: float = 10.0) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if not any(port_is_open(p) for p in (node.port, node.controller_port, node.jmx_port)):
+            if not any(port_is_open(p) for p in node.ports):
                 return
             time.sleep(0.2)
         log.warning("ports of Kafka node %d still open after stop", node.node_id)

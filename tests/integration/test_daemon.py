@@ -293,6 +293,10 @@ clusters:
                 assert proc.poll() is None, log_path.read_text()[-3000:]
                 assert time.monotonic() < deadline, log_path.read_text()[-3000:]
                 time.sleep(0.5)
+            # Twice, like an impatient operator or an orchestrator: the second signal must
+            # not deadlock the first one's handling.
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.05)
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=15) == 0, log_path.read_text()[-3000:]
         finally:

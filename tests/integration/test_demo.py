@@ -59,6 +59,8 @@ def test_demo_shows_the_hanging_transaction_and_stops_on_ctrl_c(tmp_path: Path) 
             assert "Metrics:  http://127.0.0.1" in log_path.read_text()
             children = _java_children(demo.pid)
             demo.send_signal(signal.SIGINT)
+            time.sleep(0.05)
+            demo.send_signal(signal.SIGINT)  # a second Ctrl-C while stopping
             assert demo.wait(timeout=60) == 0, log_path.read_text()[-3000:]
         finally:
             if demo.poll() is None:
