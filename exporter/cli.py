@@ -1,8 +1,8 @@
 """``kafka-txn-exporter``: the daemon (``run``) and the operator commands.
 
 Flags follow Prometheus exporters (``--config.file``, ``--web.listen-address``,
-``--log.level``). Exit codes: 0 ok, 1 findings (find-hanging), 2 usage or config error,
-3 Kafka error.
+``--log.level``). Exit codes: 0 ok, 1 findings (find-hanging) or refused, 2 usage or config
+error, 3 Kafka error, 4 unexpected error.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_KAFKA = 3
+EXIT_INTERNAL = 4
 
 log = logging.getLogger("exporter")
 
@@ -154,6 +155,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"kafka-txn-exporter: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except Exception as e:  # never exit 1: scripts read it as "findings" / "refused"
+        log.debug("unexpected failure", exc_info=True)
+        print(f"kafka-txn-exporter: unexpected error: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -35,14 +35,15 @@ SECRET_PROPERTIES = frozenset(
         "sasl.password",
         "sasl.oauthbearer.client.secret",
         "ssl.key.password",
-        "ssl.key.pem",
-        "ssl.keystore.password",
-        "ssl_key",
         "sasl.oauthbearer.config",
     }
 )
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+#: Not available: the confluent-kafka wheels' librdkafka is built without Kerberos, and
+#: kafka-python needs the separate ``gssapi`` package.
+UNSUPPORTED_SASL_MECHANISMS = {"GSSAPI": "the confluent-kafka wheel's librdkafka is built "
+                               "without Kerberos support (PLAIN, SCRAM and OAUTHBEARER work)"}
 #: librdkafka properties the exporter understands and maps to both client libraries.
 KAFKA_PROPERTIES = frozenset(
     {
@@ -125,6 +126,15 @@ class SparkConfig:
     local_dir: str | None = None
     driver_memory: str = "512m"
     conf: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def redacted_connect_url(self) -> str | None:
+        """The Connect URL without its parameters (``/;token=...`` carries credentials)."""
+        return None if self.connect_url is None else self.connect_url.split("/;", 1)[0]
+
+    def __repr__(self) -> str:  # keep a Connect token out of logs and tracebacks
+        return (f"SparkConfig(master={self.master!r}, connect_url={self.redacted_connect_url!r}, "
+                f"app_name={self.app_name!r}, driver_memory={self.driver_memory!r})")
 
 
 @dataclass(frozen=True)
@@ -340,6 +350,9 @@ def _read_kafka_properties(r: _Reader, d: Mapping[str, Any], path: str,
             r.problem(f"{path}.kafka.{key}",
                       f"unsupported property (allowed: {', '.join(sorted(KAFKA_PROPERTIES))})")
             continue
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            r.problem(f"{path}.kafka.{key}", f"must be a string or a number, got {value!r}")
+            continue
         props[key] = str(r.resolve(value, f"{path}.kafka.{key}"))
     files = r.get(d, "kafka_files", path, dict, {})
     for key, file_name in files.items():
@@ -363,6 +376,9 @@ def _read_kafka_properties(r: _Reader, d: Mapping[str, Any], path: str,
         if mechanism is None:
             r.problem(f"{path}.kafka.sasl.mechanism",
                       f"required with {protocol} (allowed: {', '.join(SASL_MECHANISMS)})")
+        elif mechanism in UNSUPPORTED_SASL_MECHANISMS:
+            r.problem(f"{path}.kafka.sasl.mechanism",
+                      f"{mechanism} is not supported: {UNSUPPORTED_SASL_MECHANISMS[mechanism]}")
         elif mechanism not in SASL_MECHANISMS:
             r.problem(f"{path}.kafka.sasl.mechanism",
                       f"{mechanism!r} is not allowed (allowed: {', '.join(SASL_MECHANISMS)})")

@@ -46,7 +46,7 @@ class PipelineRunner:
         self.settings = settings
         self._spark: Any = session
         self._owns_session = session is None
-        self._stopped = False
+        self._stopped = threading.Event()  # set without the lock: stop() must not wait twice
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -56,7 +56,7 @@ class PipelineRunner:
             self._start_locked()
 
     def _start_locked(self) -> None:
-        if self._stopped:
+        if self._stopped.is_set():
             raise RuntimeError("the pipeline is stopped")
         if self._spark is not None:
             return
@@ -66,10 +66,12 @@ class PipelineRunner:
 
         started = time.monotonic()
         self._spark = spark_session(self._spark_config)
+        if self._stopped.is_set():  # stopping while the JVM started: no warm-up run
+            return
         snapshot = warmup_snapshot()
         compute(self._spark, snapshot, self.settings, None, snapshot.taken_at_ms)
         log.info("Spark session ready and warm in %.1f s (%s)", time.monotonic() - started,
-                 self._spark_config.connect_url or self._spark_config.master)
+                 self._spark_config.redacted_connect_url or self._spark_config.master)
 
     def compute(self, snapshot: ClusterSnapshot, previous: CycleResult | None,
                 now_ms: int) -> CycleResult:
@@ -80,9 +82,9 @@ class PipelineRunner:
             return compute(self._spark, snapshot, self.settings, previous, now_ms)
 
     def stop(self) -> None:
-        """Stop Spark for good (waits for a pipeline run in flight)."""
+        """Stop Spark for good (after a pipeline run in flight, or the JVM's start)."""
+        self._stopped.set()
         with self._lock:
-            self._stopped = True
             if self._spark is not None and self._owns_session:
                 from exporter.pipeline.session import stop as stop_spark
 
@@ -146,7 +148,7 @@ class ClusterJob:
         except KafkaUnavailable as e:
             log.warning("cycle for cluster %s failed: %s", name, e)
             self._metrics.request_errors.labels(name, "Metadata", e.error).inc()
-            self._finish(replace(state, up=False), "failed", started)
+            self._finish(replace(state, up=False, stage_seconds=()), "failed", started)
             return
         except Exception:  # a bug must not stop the schedule: log it, mark the cycle failed
             log.exception("cycle for cluster %s failed unexpectedly", name)
@@ -296,7 +298,7 @@ class Daemon:
             self._server = None
         for job in self.jobs:
             job.close()
-        self.pipeline.stop()  # an in-flight Spark job fails with it
+        self.pipeline.stop()  # waits for a pipeline run in flight, then stops Spark
         for job in self.jobs:
             job.wait_idle()
         log.info("exporter stopped")

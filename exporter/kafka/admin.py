@@ -42,6 +42,7 @@ from exporter.model import (
 log = logging.getLogger(__name__)
 
 _LIBRDKAFKA_LOG = logging.getLogger("exporter.kafka.librdkafka")
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 #: How long kafka-python's failure path asks librdkafka whether the login was refused.
 LOGIN_PROBE_TIMEOUT_S = 2.0
 K = TypeVar("K")
@@ -61,6 +62,9 @@ class ClusterMetadata:
     controller_id: int = -1
     #: (topic, partition) -> replica broker ids (the CLI's ``find-hanging --broker-id``)
     replicas: Mapping[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
+    #: __transaction_state partitions without a leader: the transactional ids they hold are
+    #: listed by no coordinator, so "listed by nobody" proves nothing this cycle.
+    leaderless_transaction_state: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +139,11 @@ class ClusterAdmin:
             config = confluent_config(self.bootstrap_servers, self._properties,
                                       self.request_timeout_ms)
             config.update(error_cb=self._on_librdkafka_error, logger=_LIBRDKAFKA_LOG)
-            self._confluent = AdminClient(config)
+            try:
+                self._confluent = AdminClient(config)
+            except Exception as e:  # e.g. an unreadable ssl.ca.location, a missing mechanism
+                raise KafkaUnavailable(f"cannot create a Kafka client for {self.bootstrap_servers}"
+                                       f": {e}", error=error_name(e)) from e
         return self._confluent
 
     def _on_librdkafka_error(self, err: Any) -> None:
@@ -186,6 +194,9 @@ class ClusterAdmin:
         if self._login_failure is None:
             try:
                 admin = self._admin_locked()
+            except KafkaUnavailable:
+                return None
+            try:
                 admin.list_topics(timeout=min(self._timeout_s, LOGIN_PROBE_TIMEOUT_S))
             except Exception:  # only its error callback is of interest here
                 admin.poll(0)
@@ -217,6 +228,9 @@ class ClusterAdmin:
                                key=lambda b: b.broker_id))
         leaders: dict[tuple[str, int], int] = {}
         replicas: dict[tuple[str, int], tuple[int, ...]] = {}
+        state = md.topics.get(TRANSACTION_STATE_TOPIC)
+        leaderless_state = tuple(sorted(p for p, m in state.partitions.items() if m.leader < 0)
+                                 ) if state is not None and state.error is None else ()
         for name, topic in md.topics.items():
             if topic_filter is not None and not topic_filter(name):
                 continue
@@ -226,7 +240,8 @@ class ClusterAdmin:
                 leaders[(name, pid)] = partition.leader
                 replicas[(name, pid)] = tuple(partition.replicas)
         return ClusterMetadata(brokers=brokers, leaders=leaders,
-                               controller_id=getattr(md, "controller_id", -1), replicas=replicas)
+                               controller_id=getattr(md, "controller_id", -1), replicas=replicas,
+                               leaderless_transaction_state=leaderless_state)
 
     def broker_configs(self, broker_ids: Iterable[int]) -> Collected[BrokerConfig]:
         """Transaction settings of each broker (DescribeConfigs, all brokers at once)."""

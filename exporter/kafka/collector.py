@@ -60,6 +60,9 @@ class SnapshotCollector:
         self._read_batch_timestamps = read_batch_timestamps
         self._clock = clock
         self._timestamps: dict[tuple[str, int, int], int] = {}
+        #: Start offsets whose batch could not be read (e.g. OFFSET_OUT_OF_RANGE once retention
+        #: passed it): tried once, reported once, then left to the LastTimestamp fallback.
+        self._unreadable: set[tuple[str, int, int]] = set()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"collect-{cluster}")
 
     def close(self) -> None:
@@ -79,9 +82,8 @@ class SnapshotCollector:
         metadata = stages.timed("metadata", lambda: self.admin.metadata(self._topic_filter))
         if partitions is not None:
             wanted = set(partitions)
-            metadata = ClusterMetadata(metadata.brokers,
-                                       {k: v for k, v in metadata.leaders.items() if k in wanted},
-                                       metadata.controller_id)
+            metadata = replace(metadata,
+                               leaders={k: v for k, v in metadata.leaders.items() if k in wanted})
         broker_ids = [b.broker_id for b in metadata.brokers]
         confluent_part = self._pool.submit(self._configs_and_offsets, metadata, broker_ids, stages)
         errors: list[CollectionError] = []
@@ -89,8 +91,15 @@ class SnapshotCollector:
         listed = stages.timed("list_transactions",
                               lambda: self._guard("ListTransactions",
                                                   lambda: self.admin.list_transactions(broker_ids)))
+        if metadata.leaderless_transaction_state:
+            # Every broker may answer, yet the ids of a leaderless __transaction_state
+            # partition are listed by none: the listing is incomplete.
+            listed = Collected(listed.rows, (*listed.errors, *(
+                CollectionError("ListTransactions", "COORDINATOR_NOT_AVAILABLE",
+                                topic="__transaction_state", partition=p)
+                for p in metadata.leaderless_transaction_state)))
         configs, offsets = confluent_part.result()
-        listed_ok = frozenset(broker_ids) - {e.broker_id for e in listed.errors}
+        listed_ok = frozenset(broker_ids) - {e.broker_id for e in listed.errors if e.broker_id >= 0}
         described = stages.timed("describe_transactions",
                                  lambda: self._describe(listed.rows, producers.rows, describe_extra))
         timestamps = stages.timed("batch_timestamps",
@@ -188,11 +197,13 @@ class SnapshotCollector:
         open_keys = {(p.topic, p.partition, p.current_txn_start_offset): p for p in producers
                      if p.current_txn_start_offset >= 0}
         self._timestamps = {k: v for k, v in self._timestamps.items() if k in open_keys}
+        self._unreadable &= set(open_keys)
         if not self._read_batch_timestamps:
             return Collected(())
         missing: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
         for key, p in open_keys.items():
-            if key not in self._timestamps and (p.topic, p.partition, p.producer_id) not in covered:
+            if (key not in self._timestamps and key not in self._unreadable
+                    and (p.topic, p.partition, p.producer_id) not in covered):
                 missing[metadata.leaders.get((p.topic, p.partition), p.broker_id)].append(key)
         errors: tuple[CollectionError, ...] = ()
         if missing:
@@ -200,6 +211,9 @@ class SnapshotCollector:
             errors = fetched.errors
             for row in fetched.rows:
                 self._timestamps[(row.topic, row.partition, row.offset)] = row.timestamp_ms
+            failed_partitions = {(e.topic, e.partition) for e in fetched.errors if e.partition >= 0}
+            self._unreadable.update(k for keys in missing.values() for k in keys
+                                    if (k[0], k[1]) in failed_partitions)
         return Collected(tuple(BatchTimestamp(t, p, o, ts)
                                for (t, p, o), ts in sorted(self._timestamps.items())), errors)
 

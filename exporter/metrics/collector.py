@@ -35,7 +35,8 @@ class ExporterMetrics:
         self.cycles = Counter(
             f"{PREFIX}_exporter_cycles",
             "Collection cycles by result: complete, partial (some requests failed) or failed "
-            "(no metadata from the cluster).", ["cluster", "result"], registry=registry)
+            "(no metadata from the cluster, or the pipeline failed).", ["cluster", "result"],
+            registry=registry)
         self.request_errors = Counter(
             f"{PREFIX}_exporter_request_errors",
             "Kafka request errors by API (DescribeProducers, ListTransactions, ...) and Kafka "
@@ -218,13 +219,13 @@ class TransactionHealthCollector(Collector):
         for s, r in _results(states):
             for f in r.findings:
                 if f.hanging:
-                    hanging.add_metric([*_finding_labels(s.cluster, f)[:6],
+                    hanging.add_metric([*_finding_labels(s.cluster, f),
                                         str(f.coordinator_epoch), str(f.start_offset),
                                         f.transactional_id or "",
                                         f.hanging_reason.value if f.hanging_reason else "",
                                         f.start_time_source.value], 1.0)
                 if f.late:
-                    late.add_metric([*_finding_labels(s.cluster, f)[:6], str(f.start_offset),
+                    late.add_metric([*_finding_labels(s.cluster, f), str(f.start_offset),
                                      f.transactional_id or "", f.txn_class.value,
                                      f.start_time_source.value], 1.0)
         yield from (hanging, late)

@@ -99,6 +99,12 @@ def find_open_transaction(producers: list[ProducerState], args: argparse.Namespa
                 raise Refused(f"producer id {p.producer_id} on {where} has epoch "
                               f"{p.producer_epoch}, not {args.producer_epoch} (stale?); nothing "
                               "was aborted")
+            given = getattr(args, "coordinator_epoch", None)
+            if given is not None and given != p.coordinator_epoch and not (
+                    given == 0 and p.coordinator_epoch < 0):  # Kafka's tool sends -1 as 0
+                raise Refused(f"producer id {p.producer_id} on {where} has coordinator epoch "
+                              f"{p.coordinator_epoch}, not {given} (stale?); nothing was "
+                              "aborted")
             return p
     raise Refused(f"producer id {args.producer_id} has no open transaction on {where} "
                   f"(open transactions there now: {listing}); nothing was aborted")

@@ -26,7 +26,8 @@ EXIT_KAFKA = 3
 Handler = Callable[[ClusterAdmin, Target, argparse.Namespace], int]
 
 _EPILOG = ("exit codes: 0 ok or dry run; 1 hanging transactions found (find-hanging) or the "
-           "action was refused (nothing changed); 2 usage or configuration error; 3 Kafka error")
+           "action was refused (nothing changed); 2 usage or configuration error; 3 Kafka error; "
+           "4 unexpected error")
 
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

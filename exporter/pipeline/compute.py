@@ -472,9 +472,11 @@ def _partition_frame(f: SnapshotFrames, txns: DataFrame | None) -> DataFrame:
         "topic",
         "partition",
         c("leader").alias("offsets_leader"),
+        # The two ListOffsets calls are not atomic: an LSO read after the high watermark moved
+        # on can pass it; the lag is then 0, never negative.
         F.when(
             (c("high_watermark") >= 0) & (c("last_stable_offset") >= 0),
-            c("high_watermark") - c("last_stable_offset"),
+            F.greatest(F.lit(0), c("high_watermark") - c("last_stable_offset")),
         ).alias("lso_lag"),
     )
     if txns is not None:

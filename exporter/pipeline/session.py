@@ -80,7 +80,7 @@ def spark_session(config: SparkConfig) -> SparkSession:
     conf = session_conf(config)
     if config.connect_url:
         builder = SparkSession.builder.remote(config.connect_url)
-        where = config.connect_url
+        where = config.redacted_connect_url
     else:
         builder = SparkSession.builder.master(config.master).appName(config.app_name)
         where = config.master

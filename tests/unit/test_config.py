@@ -159,3 +159,19 @@ def test_run_rejects_bad_listen_address_flag(capsys: pytest.CaptureFixture[str])
     code = main(["run", "--config.file", str(REFERENCE), "--web.listen-address", "nope"])
     assert code == 2
     assert "--web.listen-address: 'nope' is not HOST:PORT" in capsys.readouterr().err
+
+
+def test_gssapi_and_non_string_properties_are_refused_clearly() -> None:
+    found = problems(minimal(kafka={"security.protocol": "SASL_SSL", "sasl.mechanism": "GSSAPI"}))
+    assert any("GSSAPI is not supported" in p and "Kerberos" in p for p in found)
+    found = problems(minimal(kafka={"ssl.ca.location": None}))
+    assert "clusters[0].kafka.ssl.ca.location: must be a string or a number, got None" in found
+
+
+def test_spark_connect_token_never_in_repr() -> None:
+    config = parse_config({**minimal(), "spark": {"connect_url": "${URL}"}},
+                          env={"URL": "sc://spark:15002/;token=s3cr3t;user_id=x"})
+    assert config.spark.connect_url == "sc://spark:15002/;token=s3cr3t;user_id=x"
+    assert "s3cr3t" not in repr(config.spark)
+    assert "s3cr3t" not in repr(config)
+    assert config.spark.redacted_connect_url == "sc://spark:15002"
