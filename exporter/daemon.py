@@ -170,6 +170,8 @@ class ClusterJob:
             self._finish(replace(state, up=False), "failed", started)
             return
         stages = (*snapshot.stage_seconds, ("pipeline", time.monotonic() - pipeline_started))
+        for coordinator in result.coordinators:  # series exist at 0 before any abort
+            self._metrics.timeout_aborts.labels(name, str(coordinator.coordinator_id))
         for abort in result.timeout_aborts:
             self._metrics.timeout_aborts.labels(name, str(abort.coordinator_id)).inc()
         complete = snapshot.complete

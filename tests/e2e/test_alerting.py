@@ -85,12 +85,6 @@ ALLOWED_EMPTY: dict[str, str] = {
     'sum by (cluster, api, error) (rate(kafka_txn_exporter_request_errors_total{cluster=~".*"}'
     "[1m]))": "the request-error counter has series only once a Kafka request failed; "
               "against a healthy broker none fails (tests/integration/test_daemon.py covers them)",
-    'max by (cluster, coordinator) (rate(kafka_txn_coordinator_timeout_aborts_total'
-    '{cluster=~".*"}[1m]))': "the timeout-abort counter has series only once the exporter saw "
-    "a transaction Ongoing past its timeout in one cycle and aborted in the next (KIP-588); "
-    "the test broker's abort sweep runs every second, so that window is under a second, and "
-    "a cycle of the Spark pipeline takes ~13 s on a 2-CPU runner: no deterministic way to hit "
-    "it end to end (tests/unit/test_pipeline.py covers the detection)",
 }
 
 

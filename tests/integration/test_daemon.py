@@ -152,6 +152,8 @@ def test_coordinator_timeout_abort_is_counted(
 ) -> None:
     daemon = daemon_for(kafka.bootstrap_servers, topics={"allow": [topic]})
     registry = cycle(daemon)
+    # The counter exists at 0 for every coordinator before any abort (rate() has data).
+    assert value(registry, "kafka_txn_coordinator_timeout_aborts_total", coordinator="1") is not None
     before = sum(s.value for m in registry.collect()
                  if m.name == "kafka_txn_coordinator_timeout_aborts" for s in m.samples
                  if s.name.endswith("_total"))
