@@ -399,6 +399,11 @@ def start_alertmanager(directory: Path, config_text: str, port: int) -> Server:
         "--cluster.listen-address=",  # no gossip: a single, isolated instance
         "--log.level=debug",
     ], directory / "alertmanager.log")
+    return _start_ready(process, port)
+
+
+def _start_ready(process: ManagedProcess, port: int) -> Server:
+    """Start a Prometheus-family server and wait for its /-/ready (stopped on failure)."""
     server = Server(process, port)
     process.start()
     try:
@@ -428,14 +433,7 @@ def start_prometheus(directory: Path, config_text: str, rules_text: str, port: i
         "--rules.alert.resend-delay=1s",
         "--log.level=info",
     ], directory / "prometheus.log")
-    server = Server(process, port)
-    process.start()
-    try:
-        process.wait_ready(f"{server.url}/-/ready")
-    except BaseException:
-        process.stop()
-        raise
-    return server
+    return _start_ready(process, port)
 
 
 def query(prometheus: Server, expr: str) -> list[dict[str, Any]]:
