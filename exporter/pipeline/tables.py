@@ -102,14 +102,6 @@ BATCH_TIMESTAMPS = _schema(
     ("offset", _LONG, False),
     ("timestamp_ms", _LONG, False),
 )
-ERRORS = _schema(
-    ("api", _STR, False),
-    ("error", _STR, False),
-    ("broker_id", _INT, False),
-    ("topic", _STR, False),
-    ("partition", _INT, False),
-    ("message", _STR, False),
-)
 COORDINATORS_LISTED = _schema(("coordinator_id", _INT, False))
 
 
@@ -125,7 +117,6 @@ class SnapshotFrames:
     transactions: DataFrame
     transaction_partitions: DataFrame
     batch_timestamps: DataFrame
-    errors: DataFrame
     coordinators_listed: DataFrame
 
     def frames(self) -> list[DataFrame]:
@@ -253,11 +244,6 @@ def snapshot_frames(spark: SparkSession, snapshot: ClusterSnapshot) -> SnapshotF
             spark,
             [(b.topic, b.partition, b.offset, b.timestamp_ms) for b in s.batch_timestamps],
             BATCH_TIMESTAMPS,
-        ),
-        errors=_frame(
-            spark,
-            [(e.api, e.error, e.broker_id, e.topic, e.partition, e.message) for e in s.errors],
-            ERRORS,
         ),
         coordinators_listed=_frame(
             spark,
