@@ -16,7 +16,7 @@ lint: setup
 	$(VENV)/bin/mypy
 
 demo: setup
-	$(PY) -m exporter.demo
+	$(PY) -m testbed.demo
 
 dashboards: setup
 	$(PY) -m dashboards.generate

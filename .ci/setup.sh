@@ -34,7 +34,7 @@ if [ ! -f "$stamp" ]; then
 fi
 
 echo "setup: Kafka $KAFKA_VERSION jars"
-"$VENV/bin/python" -m exporter.testbed fetch --kafka-version "$KAFKA_VERSION"
+"$VENV/bin/python" -m testbed fetch --kafka-version "$KAFKA_VERSION"
 
 if [ ! -x "$CACHE/bin/helm" ]; then
   echo "setup: building Helm $HELM_VERSION with go install (a few minutes, once)"

@@ -21,7 +21,7 @@ plain records behind an open one), and measures at each size, side by side:
   listed ids. Same warm/cold rule, same request counting. It reads no offsets or configs.
 * **kafka find-hanging**: ``kafka-transactions.sh find-hanging --broker-id B`` for every
   broker (the tool takes one broker or one topic per run), run by
-  ``exporter.testbed.oracles.TransactionsCommand``: **JVM start included**, one JVM per
+  ``testbed.oracles.TransactionsCommand``: **JVM start included**, one JVM per
   broker. ``kafka list`` (one JVM, one round of ListTransactions) is printed as the JVM-start
   baseline.
 
@@ -49,9 +49,9 @@ from typing import Any
 from exporter.kafka.admin import ClusterAdmin
 from exporter.kafka.collector import SnapshotCollector
 from exporter.model import ClusterSnapshot
-from exporter.testbed import scenarios
-from exporter.testbed.broker import KafkaCluster
-from exporter.testbed.oracles import TransactionsCommand
+from testbed import scenarios
+from testbed.broker import KafkaCluster
+from testbed.oracles import TransactionsCommand
 
 log = logging.getLogger("bench.collect")
 

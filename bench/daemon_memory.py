@@ -48,7 +48,7 @@ from pathlib import Path
 from collect_bench import make_traffic, settle
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.testbed.broker import KafkaCluster, free_port
+from testbed.broker import KafkaCluster, free_port
 
 log = logging.getLogger("bench.daemon")
 

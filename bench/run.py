@@ -51,7 +51,7 @@ def run_step(step: Step, quick: bool) -> tuple[str, float, str]:
         return step.name, 0.0, "absent (skipped)"
     cmd = [sys.executable, str(script), *(step.quick_args if quick else step.args)]
     print(f"\n######## {step.name}: {' '.join(cmd)} (limit {step.timeout_s:.0f} s)", flush=True)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
     try:

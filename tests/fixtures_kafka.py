@@ -35,10 +35,10 @@ with warnings.catch_warnings():
     importlib.import_module("kafka.protocol")
 
 # The imports below pull in kafka-python, which the guarded import above loaded already.
-from exporter.testbed.broker import BrokerStartError, KafkaCluster  # noqa: E402
-from exporter.testbed.maven import KafkaDistribution, fetch  # noqa: E402
-from exporter.testbed.oracles import ToolError, TransactionsCommand  # noqa: E402
-from exporter.testbed.scenarios import (  # noqa: E402
+from testbed.broker import BrokerStartError, KafkaCluster  # noqa: E402
+from testbed.maven import KafkaDistribution, fetch  # noqa: E402
+from testbed.oracles import ToolError, TransactionsCommand  # noqa: E402
+from testbed.scenarios import (  # noqa: E402
     HangingTransaction,
     create_hanging_transaction,
 )

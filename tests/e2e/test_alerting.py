@@ -33,8 +33,8 @@ from dashboards.generate import prometheus_expressions
 from exporter import cli
 from exporter.config import parse_config
 from exporter.daemon import Daemon, PipelineRunner
-from exporter.testbed.broker import KafkaCluster, free_port
-from exporter.testbed.scenarios import (
+from testbed.broker import KafkaCluster, free_port
+from testbed.scenarios import (
     DEFAULT_LATE_BACKDATE_MS,
     HangingTransaction,
     OpenTransaction,

@@ -21,9 +21,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from pyspark.sql import SparkSession
 
 from exporter.cli import main
-from exporter.testbed.broker import KafkaCluster
-from exporter.testbed.oracles import TransactionsCommand
-from exporter.testbed.scenarios import (
+from testbed.broker import KafkaCluster
+from testbed.oracles import TransactionsCommand
+from testbed.scenarios import (
     OpenTransaction,
     create_hanging_transaction,
     produce_plain,

@@ -24,10 +24,10 @@ from pyspark.sql import SparkSession
 
 from exporter.config import Config, parse_config
 from exporter.daemon import Daemon, PipelineRunner
-from exporter.testbed.broker import KafkaCluster, free_port
-from exporter.testbed.maven import KafkaDistribution
-from exporter.testbed.oracles import JmxTool, TransactionsCommand
-from exporter.testbed.scenarios import (
+from testbed.broker import KafkaCluster, free_port
+from testbed.maven import KafkaDistribution
+from testbed.oracles import JmxTool, TransactionsCommand
+from testbed.scenarios import (
     OpenTransaction,
     produce_plain,
     run_coordinator_timeout,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.testbed.broker import free_port
+from testbed.broker import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -43,7 +43,7 @@ def test_demo_shows_the_hanging_transaction_and_stops_on_ctrl_c(tmp_path: Path) 
     log_path = tmp_path / "demo.log"
     with log_path.open("w") as log_file:
         demo = subprocess.Popen(
-            [sys.executable, "-m", "exporter.demo", "--web.listen-address", f"127.0.0.1:{port}",
+            [sys.executable, "-m", "testbed.demo", "--web.listen-address", f"127.0.0.1:{port}",
              "--interval", "2s"],
             stdout=log_file, stderr=subprocess.STDOUT)
         try:

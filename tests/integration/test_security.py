@@ -34,9 +34,9 @@ from exporter.kafka.admin import LOGIN_PROBE_TIMEOUT_S, ClusterAdmin
 from exporter.kafka.collector import SnapshotCollector
 from exporter.kafka.errors import KafkaUnavailable
 from exporter.model import ClusterSnapshot
-from exporter.testbed.broker import BrokerStartError, KafkaCluster, Listener
-from exporter.testbed.maven import KafkaDistribution
-from exporter.testbed.scenarios import OpenTransaction
+from testbed.broker import BrokerStartError, KafkaCluster, Listener
+from testbed.maven import KafkaDistribution
+from testbed.scenarios import OpenTransaction
 
 pytestmark = pytest.mark.kafka
 

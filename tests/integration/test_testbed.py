@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from exporter.testbed.broker import KafkaCluster
-from exporter.testbed.maven import KafkaDistribution, verify
-from exporter.testbed.oracles import JmxTool, TransactionsCommand
-from exporter.testbed.scenarios import (
+from testbed.broker import KafkaCluster
+from testbed.maven import KafkaDistribution, verify
+from testbed.oracles import JmxTool, TransactionsCommand
+from testbed.scenarios import (
     DEFAULT_LATE_BACKDATE_MS,
     OpenTransaction,
     produce_plain,

@@ -1,7 +1,7 @@
-"""``python -m exporter.testbed fetch|up``: fetch the Kafka jars, or run a local cluster.
+"""``python -m testbed fetch|up``: fetch the Kafka jars, or run a local cluster.
 
-    python -m exporter.testbed fetch --kafka-version 4.4.0
-    python -m exporter.testbed up --brokers 3
+    python -m testbed fetch --kafka-version 4.4.0
+    python -m testbed up --brokers 3
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import threading
 import time
 from types import FrameType
 
-from exporter.testbed.broker import KafkaCluster
-from exporter.testbed.maven import FetchError, fetch, selected_version
+from testbed.broker import KafkaCluster
+from testbed.maven import FetchError, fetch, selected_version
 
 log = logging.getLogger(__name__)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m exporter.testbed", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m testbed", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
     sub = parser.add_subparsers(dest="command", required=True)

@@ -172,7 +172,7 @@ def render_pom(name: str, artifacts: list[Artifact]) -> str:
     return f"""<?xml version="1.0" encoding="UTF-8"?>
 <project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
-  <groupId>kafka-txn-exporter.testbed</groupId>
+  <groupId>kafka-txn-testbed</groupId>
   <artifactId>{name}</artifactId>
   <version>1</version>
   <packaging>pom</packaging>

@@ -1,4 +1,4 @@
-"""``python -m exporter.demo`` (``make demo``): the daemon against an embedded local Kafka.
+"""``python -m testbed.demo`` (``make demo``): the daemon against an embedded local Kafka.
 
 Starts a single-node KRaft broker from the test bed, drives scenario traffic (committed and
 aborted transactions, a long legitimate transaction with read_committed lag behind it, and
@@ -18,15 +18,15 @@ from pathlib import Path
 from exporter.cli import SignalStop, setup_logging
 from exporter.config import Config, ConfigError, parse_config
 from exporter.daemon import Daemon
-from exporter.testbed.broker import KafkaCluster
-from exporter.testbed.scenarios import (
+from testbed.broker import KafkaCluster
+from testbed.scenarios import (
     OpenTransaction,
     create_hanging_transaction,
     produce_plain,
     run_transaction,
 )
 
-log = logging.getLogger("exporter.demo")
+log = logging.getLogger("testbed.demo")
 LATE_BACKDATE_MS = 30 * 60 * 1000  # older than transaction.max.timeout.ms + 5 min: late at once
 
 
@@ -44,7 +44,7 @@ def _traffic(bootstrap: str, stop: threading.Event) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m exporter.demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m testbed.demo", description=__doc__)
     parser.add_argument("--web.listen-address", dest="listen", default="127.0.0.1:9851")
     parser.add_argument("--interval", default="5s", help="collection interval (default 5s)")
     args = parser.parse_args(argv)

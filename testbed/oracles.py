@@ -11,7 +11,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.testbed.maven import KafkaDistribution
+from testbed.maven import KafkaDistribution
 
 log = logging.getLogger(__name__)
 

@@ -33,8 +33,8 @@ from confluent_kafka.admin import (
 from kafka.protocol.producer import ProduceRequest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from exporter.testbed.broker import KafkaCluster
-from exporter.testbed.rawclient import CoordinatorTransaction, RawClient
+from testbed.broker import KafkaCluster
+from testbed.rawclient import CoordinatorTransaction, RawClient
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from typing import IO, Self
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from exporter.testbed.maven import KafkaDistribution, fetch
+from testbed.maven import KafkaDistribution, fetch
 
 log = logging.getLogger(__name__)
 
@@ -601,7 +601,7 @@ class KafkaCluster:
 
     def coordinator_of(self, transactional_id: str) -> int:
         """The broker that coordinates ``transactional_id`` (FindCoordinator)."""
-        from exporter.testbed.rawclient import RawClient
+        from testbed.rawclient import RawClient
 
         with RawClient(self.bootstrap_servers) as raw:
             return raw.find_transaction_coordinator(transactional_id)

@@ -1,0 +1,115 @@
+"""The long-running exporter: one scheduled cycle per cluster, an HTTP endpoint that only
+renders the latest results.
+
+Per cluster, APScheduler runs :meth:`ClusterJob.run_cycle` every interval, never two at
+once, misfires coalesced. A cycle collects a snapshot (``exporter.kafka``), computes the
+metrics and findings on Spark (``exporter.pipeline``) and publishes an immutable
+:class:`ClusterState`. ``/metrics`` renders those states; ``/healthz`` says the process
+serves; ``/readyz`` answers 503 until a first complete cycle.
+
+Modules: ``pipeline`` (the Spark session and the pipeline entry point), ``cycle`` (one
+cluster's cycle), ``http`` (the endpoints); this module wires them into one process.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from http.server import ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry, disable_created_metrics
+
+from exporter.config import Config
+from exporter.daemon.cycle import ClusterJob
+from exporter.daemon.http import Handler
+from exporter.daemon.pipeline import PipelineRunner
+from exporter.metrics.collector import ExporterMetrics, TransactionHealthCollector
+from exporter.metrics.state import StateStore
+
+__all__ = ["ClusterJob", "Daemon", "PipelineRunner"]
+
+log = logging.getLogger(__name__)
+
+
+class Daemon:
+    """Scheduler, jobs, Spark session and HTTP server of one exporter process."""
+
+    def __init__(self, config: Config, *, registry: CollectorRegistry | None = None,
+                 pipeline: PipelineRunner | None = None) -> None:
+        self.config = config
+        # Counters' *_created series double the series count and no dashboard reads them.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
+        self.registry = registry or CollectorRegistry()
+        names = [c.name for c in config.clusters]
+        self.store = StateStore(names)
+        self.metrics = ExporterMetrics(self.registry, names)
+        self.registry.register(TransactionHealthCollector(self.store, config.pipeline))
+        self.pipeline = pipeline or PipelineRunner(config.spark, config.pipeline)
+        self.jobs = [ClusterJob.build(c, self.pipeline, self.store, self.metrics)
+                     for c in config.clusters]
+        self._scheduler: Any = None
+        self._server: ThreadingHTTPServer | None = None
+        self._server_thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "start() first"
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        """Serve HTTP, warm Spark in the background and schedule the cycles; returns at once
+        (the first cycle waits for Spark), so a SIGTERM during start-up is honoured."""
+        self._start_http()
+        threading.Thread(target=self._warm_pipeline, name="spark-warmup", daemon=True).start()
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        self._scheduler = BackgroundScheduler(
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+            timezone="UTC")
+        for job in self.jobs:
+            self._scheduler.add_job(job.run_cycle, "interval", id=job.cluster.name,
+                                    name=f"cycle {job.cluster.name}",
+                                    seconds=job.cluster.interval_ms / 1000,
+                                    next_run_time=_now_utc())
+        self._scheduler.start()
+        log.info("exporter started for %d cluster(s), listening on %s",
+                 len(self.jobs), self.config.web.listen_address)
+
+    def _warm_pipeline(self) -> None:
+        try:
+            self.pipeline.start()
+        except Exception:  # the first cycle retries and reports it
+            log.exception("starting Spark failed")
+
+    def _start_http(self) -> None:
+        host, port = self.config.web.host_port
+        handler = type("Handler", (Handler,), {"daemon_ref": self})
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        self._server_thread = threading.Thread(target=self._server.serve_forever,
+                                               name="http", daemon=True)
+        self._server_thread.start()
+
+    def stop(self) -> None:
+        """Stop within seconds: no new cycle starts, a cycle in flight has its Kafka clients
+        closed under it and is waited for briefly, then Spark stops."""
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
+            self._scheduler = None
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        for job in self.jobs:
+            job.close()
+        self.pipeline.stop()  # waits for a pipeline run in flight, then stops Spark
+        for job in self.jobs:
+            job.wait_idle()
+        log.info("exporter stopped")
+
+
+def _now_utc() -> Any:
+    import datetime
+
+    return datetime.datetime.now(datetime.UTC)

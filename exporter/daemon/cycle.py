@@ -1,0 +1,120 @@
+"""One cluster's cycle: collect, compute, publish."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from exporter.config import ClusterConfig
+from exporter.daemon.pipeline import PipelineRunner
+from exporter.kafka.admin import ClusterAdmin
+from exporter.kafka.collector import SnapshotCollector
+from exporter.kafka.errors import KafkaUnavailable
+from exporter.metrics.collector import ExporterMetrics
+from exporter.metrics.state import ClusterState, StateStore
+
+log = logging.getLogger(__name__)
+
+
+class ClusterJob:
+    """One cluster's cycle: collect, compute, publish. Never raises into the scheduler."""
+
+    def __init__(self, cluster: ClusterConfig, collector: SnapshotCollector,
+                 pipeline: PipelineRunner, store: StateStore, metrics: ExporterMetrics,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.cluster = cluster
+        self._collector = collector
+        self._pipeline = pipeline
+        self._store = store
+        self._metrics = metrics
+        self._clock = clock
+        self._running = threading.Lock()
+        self._stopping = threading.Event()
+
+    @classmethod
+    def build(cls, cluster: ClusterConfig, pipeline: PipelineRunner, store: StateStore,
+              metrics: ExporterMetrics) -> ClusterJob:
+        admin = ClusterAdmin(bootstrap_servers=cluster.bootstrap_servers,
+                             properties=cluster.kafka,
+                             request_timeout_ms=cluster.request_timeout_ms)
+        collector = SnapshotCollector(cluster=cluster.name, admin=admin,
+                                      topic_filter=cluster.topics.matcher(),
+                                      read_batch_timestamps=cluster.read_batch_timestamps)
+        return cls(cluster, collector, pipeline, store, metrics)
+
+    def close(self) -> None:
+        """No new cycle; the Kafka clients close, so a cycle in flight fails fast."""
+        self._stopping.set()
+        self._collector.close()
+
+    def wait_idle(self, wait_s: float = 10.0) -> None:
+        if self._running.acquire(timeout=wait_s):
+            self._running.release()
+        else:
+            log.warning("cycle for cluster %s still running after %.0f s", self.cluster.name, wait_s)
+
+    def run_cycle(self) -> None:
+        if self._stopping.is_set() or not self._running.acquire(blocking=False):
+            return
+        try:
+            self._run_cycle()
+        finally:
+            self._running.release()
+
+    def _run_cycle(self) -> None:
+        name = self.cluster.name
+        started = time.monotonic()
+        state = self._store.get(name)
+        previous = state.result
+        try:
+            snapshot = self._collector.collect(
+                describe_extra=[w[0] for w in previous.watched_ongoing] if previous else ())
+        except KafkaUnavailable as e:
+            log.warning("cycle for cluster %s failed: %s", name, e)
+            self._metrics.request_errors.labels(name, "Metadata", e.error).inc()
+            self._finish(replace(state, up=False, stage_seconds=()), "failed", started)
+            return
+        except Exception:  # a bug must not stop the schedule: log it, mark the cycle failed
+            log.exception("cycle for cluster %s failed unexpectedly", name)
+            self._finish(replace(state, up=False), "failed", started)
+            return
+        for error in snapshot.errors:
+            self._metrics.request_errors.labels(name, error.api, error.error).inc()
+        if snapshot.errors:
+            log.warning("cycle for cluster %s lost %d part(s), first: %s %s on broker %s",
+                        name, len(snapshot.errors), snapshot.errors[0].api,
+                        snapshot.errors[0].error, snapshot.errors[0].broker_id)
+        if self._stopping.is_set():
+            return
+        pipeline_started = time.monotonic()
+        try:
+            result = self._pipeline.compute(snapshot, previous, int(self._clock() * 1000))
+        except Exception:
+            log.exception("pipeline failed for cluster %s", name)
+            self._finish(replace(state, up=False), "failed", started)
+            return
+        stages = (*snapshot.stage_seconds, ("pipeline", time.monotonic() - pipeline_started))
+        for coordinator in result.coordinators:  # series exist at 0 before any abort
+            self._metrics.timeout_aborts.labels(name, str(coordinator.coordinator_id))
+        for abort in result.timeout_aborts:
+            self._metrics.timeout_aborts.labels(name, str(abort.coordinator_id)).inc()
+        complete = snapshot.complete
+        now_ms = int(self._clock() * 1000)
+        self._finish(ClusterState(
+            cluster=name, result=result, snapshot_taken_at_ms=snapshot.taken_at_ms, up=complete,
+            last_success_at_ms=now_ms if complete else state.last_success_at_ms,
+            cycles_complete=state.cycles_complete + (1 if complete else 0),
+            stage_seconds=stages,
+        ), "complete" if complete else "partial", started)
+
+    def _finish(self, state: ClusterState, outcome: str, started: float) -> None:
+        if self._stopping.is_set():
+            return  # a cycle cut short by stop() publishes nothing
+        self._store.put(state)
+        seconds = time.monotonic() - started
+        self._metrics.cycles.labels(self.cluster.name, outcome).inc()
+        self._metrics.cycle_duration.labels(self.cluster.name).observe(seconds)
+        log.info("cycle for cluster %s: %s in %.2f s", self.cluster.name, outcome, seconds)
