@@ -25,6 +25,7 @@ from exporter.model import KAFKA_LATE_TRANSACTION_BUFFER_MS, PipelineSettings
 T = TypeVar("T")
 
 DEFAULT_LISTEN_ADDRESS = ":9851"
+DEFAULT_CLUSTER_LABEL = "kafka_cluster"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 LSO_LAG_SERIES = ("nonzero", "open", "all")
@@ -185,6 +186,9 @@ class Config:
     log: LogConfig = field(default_factory=LogConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
     pipeline: PipelineSettings = field(default_factory=PipelineSettings)
+    #: The label that carries the Kafka cluster's name on every series. ``cluster`` belongs to
+    #: the Kubernetes cluster in kube-prometheus setups, as in Grafana's Kafka mixin.
+    cluster_label: str = "kafka_cluster"
 
 
 class _Reader:
@@ -419,11 +423,19 @@ def _read_cluster(r: _Reader, raw: object, index: int, base_dir: Path) -> Cluste
     )
 
 
+def _read_cluster_label(r: _Reader, top: Mapping[str, Any]) -> str:
+    label = r.get(top, "cluster_label", "", str, DEFAULT_CLUSTER_LABEL)
+    if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", label) or label.startswith("__"):
+        r.problem("cluster_label", f"{label!r} is not a Prometheus label name")
+        return DEFAULT_CLUSTER_LABEL
+    return label
+
+
 def parse_config(raw: object, *, env: Mapping[str, str] | None = None,
                  base_dir: Path | None = None) -> Config:
     """Validate a parsed YAML document. Raises :class:`ConfigError` listing every problem."""
     r = _Reader(os.environ if env is None else env)
-    top = r.section(raw, "", {"clusters", "web", "log", "spark", "pipeline"})
+    top = r.section(raw, "", {"clusters", "web", "log", "spark", "pipeline", "cluster_label"})
     clusters_raw = top.get("clusters")
     clusters: list[ClusterConfig] = []
     if not isinstance(clusters_raw, list) or not clusters_raw:
@@ -442,6 +454,7 @@ def parse_config(raw: object, *, env: Mapping[str, str] | None = None,
         log=_read_log(r, top.get("log")),
         spark=_read_spark(r, top.get("spark")),
         pipeline=_read_pipeline(r, top.get("pipeline")),
+        cluster_label=_read_cluster_label(r, top),
     )
     if r.problems:
         raise ConfigError(r.problems)

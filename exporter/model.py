@@ -69,6 +69,22 @@ class HangingReason(enum.StrEnum):
     PARTITION_NOT_IN_TRANSACTION = "partition_not_in_transaction"  # open, without this partition
 
 
+class UnknownReason(enum.StrEnum):
+    """Why an open partition-level transaction could not be classified this cycle."""
+
+    #: DescribeTransactions for its transactional id failed (not "not found").
+    COORDINATOR_UNREADABLE = "coordinator_unreadable"
+    #: No coordinator lists its producer id, but not every coordinator answered.
+    LISTING_INCOMPLETE = "listing_incomplete"
+    #: No coordinator lists its producer id, and the exporter's principal may not Describe
+    #: every transactional id (ListTransactions silently leaves those out): the owner may be
+    #: a live transaction the exporter cannot see.
+    OWNER_MAY_BE_INVISIBLE = "owner_may_be_invisible"
+    #: A hanging candidate whose partition could not be read again after the coordinators
+    #: were read, so the candidate could not be verified.
+    UNVERIFIED = "unverified"
+
+
 @dataclass(frozen=True, slots=True)
 class Broker:
     broker_id: int
@@ -156,6 +172,21 @@ class BatchTimestamp:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupOffset:
+    """One consumer group's committed offset on one partition (OffsetFetch)."""
+
+    group: str
+    topic: str
+    partition: int
+    committed_offset: int  # -1: nothing committed
+    coordinator_id: int  # the group coordinator that answered
+    group_state: str = ""  # Stable, Empty, PreparingRebalance, ... ("" unknown)
+    #: OffsetFetch with RequireStable answered UNSTABLE_OFFSET_COMMIT: a transactional offset
+    #: commit for this partition is pending.
+    pending_transactional_commit: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class CollectionError:
     """A part of the cycle that was lost. Counted, exported, never fatal."""
 
@@ -181,6 +212,17 @@ class ClusterSnapshot:
     transactions: tuple[TransactionDescription, ...] = ()
     batch_timestamps: tuple[BatchTimestamp, ...] = ()
     errors: tuple[CollectionError, ...] = ()
+    #: True when the principal may Describe any transactional id (a DescribeTransactions
+    #: probe for an id nobody uses answered "not found", not an authorization error); False
+    #: when ListTransactions may silently leave some ids out; None when the probe failed.
+    transactional_ids_visible: bool | None = None
+    #: DescribeProducers read again, after the coordinators were read, for every partition
+    #: that showed an open transaction: a candidate is real only if it is still there.
+    reread_producers: tuple[ProducerState, ...] = ()
+    #: The partitions whose re-read succeeded (a partition absent here was not verified).
+    reread_partitions: frozenset[tuple[str, int]] = frozenset()
+    #: Committed offsets of the consumer groups that consume monitored topics.
+    group_offsets: tuple[GroupOffset, ...] = ()
     #: Brokers whose transaction listing (ListTransactions) succeeded; a producer id not
     #: found is only "unknown to every coordinator" when all brokers answered.
     coordinators_listed: frozenset[int] = frozenset()
@@ -221,10 +263,13 @@ class Finding:
     txn_class: TxnClass
     late: bool
     hanging_reason: HangingReason | None = None
+    unknown_reason: UnknownReason | None = None
     transactional_id: str | None = None
     coordinator_id: int = -1
     coordinator_state: str | None = None
     transaction_timeout_ms: int = -1
+    #: The application the transactional id belongs to (attribution rules), None when unknown.
+    application: str | None = None
 
     @property
     def hanging(self) -> bool:

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from http.server import ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CollectorRegistry, disable_created_metrics
 
 from exporter.config import Config
-from exporter.daemon.cycle import ClusterJob
+from exporter.daemon.cycle import ClusterJob, CycleListener
 from exporter.daemon.http import Handler
 from exporter.daemon.pipeline import PipelineRunner
 from exporter.metrics.collector import ExporterMetrics, TransactionHealthCollector
@@ -36,7 +37,8 @@ class Daemon:
     """Scheduler, jobs, Spark session and HTTP server of one exporter process."""
 
     def __init__(self, config: Config, *, registry: CollectorRegistry | None = None,
-                 pipeline: PipelineRunner | None = None) -> None:
+                 pipeline: PipelineRunner | None = None,
+                 listeners: Sequence[CycleListener] = ()) -> None:
         self.config = config
         # Counters' *_created series double the series count and no dashboard reads them.
         disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -46,7 +48,7 @@ class Daemon:
         self.metrics = ExporterMetrics(self.registry, names)
         self.registry.register(TransactionHealthCollector(self.store, config.pipeline))
         self.pipeline = pipeline or PipelineRunner(config.spark, config.pipeline)
-        self.jobs = [ClusterJob.build(c, self.pipeline, self.store, self.metrics)
+        self.jobs = [ClusterJob.build(c, self.pipeline, self.store, self.metrics, listeners)
                      for c in config.clusters]
         self._scheduler: Any = None
         self._server: ThreadingHTTPServer | None = None
@@ -56,6 +58,10 @@ class Daemon:
     def port(self) -> int:
         assert self._server is not None, "start() first"
         return int(self._server.server_address[1])
+
+    def health(self) -> tuple[bool, str]:
+        """What /healthz answers: (healthy, why). Unhealthy means a restart would help."""
+        return True, "ok"
 
     def start(self) -> None:
         """Serve HTTP, warm Spark in the background and schedule the cycles; returns at once

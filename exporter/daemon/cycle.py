@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from exporter.config import ClusterConfig
@@ -15,8 +15,13 @@ from exporter.kafka.collector import SnapshotCollector
 from exporter.kafka.errors import KafkaUnavailable
 from exporter.metrics.collector import ExporterMetrics
 from exporter.metrics.state import ClusterState, StateStore
+from exporter.model import ClusterSnapshot, CycleResult
 
 log = logging.getLogger(__name__)
+
+#: Called after every cycle whose pipeline ran (the history store is one). Must not block:
+#: a listener that needs I/O hands the data to a thread of its own.
+CycleListener = Callable[[ClusterSnapshot, CycleResult], None]
 
 
 class ClusterJob:
@@ -24,8 +29,10 @@ class ClusterJob:
 
     def __init__(self, cluster: ClusterConfig, collector: SnapshotCollector,
                  pipeline: PipelineRunner, store: StateStore, metrics: ExporterMetrics,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 listeners: Sequence[CycleListener] = ()) -> None:
         self.cluster = cluster
+        self._listeners = tuple(listeners)
         self._collector = collector
         self._pipeline = pipeline
         self._store = store
@@ -36,14 +43,14 @@ class ClusterJob:
 
     @classmethod
     def build(cls, cluster: ClusterConfig, pipeline: PipelineRunner, store: StateStore,
-              metrics: ExporterMetrics) -> ClusterJob:
+              metrics: ExporterMetrics, listeners: Sequence[CycleListener] = ()) -> ClusterJob:
         admin = ClusterAdmin(bootstrap_servers=cluster.bootstrap_servers,
                              properties=cluster.kafka,
                              request_timeout_ms=cluster.request_timeout_ms)
         collector = SnapshotCollector(cluster=cluster.name, admin=admin,
                                       topic_filter=cluster.topics.matcher(),
                                       read_batch_timestamps=cluster.read_batch_timestamps)
-        return cls(cluster, collector, pipeline, store, metrics)
+        return cls(cluster, collector, pipeline, store, metrics, listeners=listeners)
 
     def close(self) -> None:
         """No new cycle; the Kafka clients close, so a cycle in flight fails fast."""
@@ -101,6 +108,11 @@ class ClusterJob:
             self._metrics.timeout_aborts.labels(name, str(coordinator.coordinator_id))
         for abort in result.timeout_aborts:
             self._metrics.timeout_aborts.labels(name, str(abort.coordinator_id)).inc()
+        for listener in self._listeners:
+            try:
+                listener(snapshot, result)
+            except Exception:  # a listener never fails the cycle
+                log.exception("cycle listener failed for cluster %s", name)
         complete = snapshot.complete
         now_ms = int(self._clock() * 1000)
         self._finish(ClusterState(

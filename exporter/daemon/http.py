@@ -23,7 +23,8 @@ class Handler(BaseHTTPRequestHandler):
         if path == d.config.web.telemetry_path:
             self._reply(200, generate_latest(d.registry), CONTENT_TYPE_LATEST)
         elif path == "/healthz":
-            self._reply(200, b"ok\n")
+            healthy, why = d.health()
+            self._reply(200 if healthy else 503, f"{why}\n".encode())
         elif path == "/readyz":
             if d.store.ready:
                 self._reply(200, b"ready\n")
