@@ -334,3 +334,7 @@ class CycleResult:
     #: Hanging candidates with how many consecutive cycles each was seen, for confirmation:
     #: ((topic, partition, producer_id, start_offset), cycles).
     hanging_candidates: tuple[tuple[tuple[str, int, int, int], int], ...] = field(default=())
+
+
+# --- consumer groups and attribution (blast radius) ---------------------------------------
+# Records of the consumer-group family are declared below this line.
