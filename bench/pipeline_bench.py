@@ -170,7 +170,7 @@ def bench(spark: SparkSession, partitions: int, runs: int) -> Figures:
         stats = ComputeStats()
         t = time.perf_counter()
         now = NOW + (i + 1) * 30_000
-        result = compute(spark, snap, settings, previous, now, stats=stats)
+        result = compute(spark, snap, settings, previous.memory, now, stats=stats)
         times.append(time.perf_counter() - t)
         previous = result
     return Figures(

@@ -291,14 +291,18 @@ class BrokerMetrics:
     partitions_with_late_transactions: int
     hanging_transactions: int
     max_last_stable_offset_lag: int
-    verification_enabled: bool
+    #: None when the broker's configs could not be read this cycle (the gauge is then absent,
+    #: never a guess).
+    verification_enabled: bool | None
     transaction_max_timeout_ms: int
+    two_phase_commit_enabled: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class CoordinatorMetrics:
     coordinator_id: int
-    #: ActiveTransactionOpenTimeMaxMs: now - TransactionStartTimeMs of the oldest open txn.
+    #: ActiveTransactionOpenTimeMaxMs: now - TransactionStartTimeMs of the oldest open txn,
+    #: two-phase-commit transactions left out (they are long-running by design).
     active_transaction_open_time_max_ms: int
     #: The same, over KIP-939 two-phase-commit transactions only (0 when none is open).
     two_phase_commit_open_time_max_ms: int = 0
@@ -306,14 +310,78 @@ class CoordinatorMetrics:
 
 
 @dataclass(frozen=True, slots=True)
+class CoordinatorStateCount:
+    """How many transactional ids one coordinator lists in one state (ListTransactions)."""
+
+    coordinator_id: int
+    state: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClassCount:
+    txn_class: TxnClass
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownCount:
+    reason: UnknownReason
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
 class CoordinatorTimeoutAbort:
-    """KIP-588: a transaction seen Ongoing past its timeout, now aborted with a higher epoch."""
+    """KIP-588: a transaction the coordinator aborted on timeout, seen from outside as the
+    transaction Ongoing past its deadline and next seen with a bumped epoch."""
 
     transactional_id: str
     coordinator_id: int
     producer_id: int
     old_epoch: int
     new_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class WatchedTransaction:
+    """An Ongoing coordinator transaction remembered for the next cycle's KIP-588 check."""
+
+    transactional_id: str
+    coordinator_id: int
+    producer_id: int
+    producer_epoch: int
+    deadline_ms: int  # TransactionStartTimeMs + TransactionTimeoutMs
+    seen_at_ms: int  # when it was last seen Ongoing (the snapshot's time)
+
+
+@dataclass(frozen=True, slots=True)
+class HangingCandidate:
+    """A hanging candidate or confirmed hanging transaction, with its last evidence."""
+
+    finding: Finding
+    cycles: int  # consecutive cycles it was seen as a verified candidate
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorCount:
+    coordinator_id: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineMemory:
+    """What one cycle of one cluster hands the next: owned by the pipeline, passed forward
+    by the daemon, never read back from what the scrape renders."""
+
+    candidates: tuple[HangingCandidate, ...] = ()
+    watched: tuple[WatchedTransaction, ...] = ()
+    #: KIP-588 timeout aborts counted since the process started, per coordinator.
+    timeout_aborts_total: tuple[CoordinatorCount, ...] = ()
+
+    @property
+    def watched_ids(self) -> tuple[str, ...]:
+        """Transactional ids the next collection must describe whatever their state."""
+        return tuple(sorted({w.transactional_id for w in self.watched}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,13 +395,13 @@ class CycleResult:
     coordinators: tuple[CoordinatorMetrics, ...] = ()
     findings: tuple[Finding, ...] = ()
     open_transactions_by_class: tuple[tuple[TxnClass, int], ...] = ()
+    open_transactions_unknown: tuple[tuple[UnknownReason, int], ...] = ()
     timeout_aborts: tuple[CoordinatorTimeoutAbort, ...] = ()
-    #: Ongoing coordinator transactions with their deadline, kept for the next cycle's KIP-588
-    #: detection: (transactional_id, producer_id, epoch, start time + timeout in ms).
-    watched_ongoing: tuple[tuple[str, int, int, int], ...] = field(default=())
-    #: Hanging candidates with how many consecutive cycles each was seen, for confirmation:
-    #: ((topic, partition, producer_id, start_offset), cycles).
-    hanging_candidates: tuple[tuple[tuple[str, int, int, int], int], ...] = field(default=())
+    #: The visibility probe's answer (see ClusterSnapshot.transactional_ids_visible).
+    transactional_ids_visible: bool | None = None
+    #: The finalized transaction.version feature level of the cluster, None when unknown.
+    transaction_version: int | None = None
+    memory: PipelineMemory = field(default_factory=PipelineMemory)
 
 
 # --- consumer groups and attribution (blast radius) ---------------------------------------

@@ -45,8 +45,9 @@ class Daemon:
         self.registry = registry or CollectorRegistry()
         names = [c.name for c in config.clusters]
         self.store = StateStore(names)
-        self.metrics = ExporterMetrics(self.registry, names)
-        self.registry.register(TransactionHealthCollector(self.store, config.pipeline))
+        self.metrics = ExporterMetrics(self.registry, names, config.cluster_label)
+        self.registry.register(TransactionHealthCollector(self.store, config.pipeline,
+                                                          cluster_label=config.cluster_label))
         self.pipeline = pipeline or PipelineRunner(config.spark, config.pipeline)
         self.jobs = [ClusterJob.build(c, self.pipeline, self.store, self.metrics, listeners)
                      for c in config.clusters]
@@ -73,6 +74,15 @@ class Daemon:
         self._scheduler = BackgroundScheduler(
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
             timezone="UTC")
+        from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
+
+        by_name = {job.cluster.name: job for job in self.jobs}
+
+        def count_skipped(event: Any) -> None:  # the previous cycle was still running
+            if event.job_id in by_name:
+                by_name[event.job_id].skipped()
+
+        self._scheduler.add_listener(count_skipped, EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
         for job in self.jobs:
             self._scheduler.add_job(job.run_cycle, "interval", id=job.cluster.name,
                                     name=f"cycle {job.cluster.name}",

@@ -15,7 +15,7 @@ from exporter.kafka.collector import SnapshotCollector
 from exporter.kafka.errors import KafkaUnavailable
 from exporter.metrics.collector import ExporterMetrics
 from exporter.metrics.state import ClusterState, StateStore
-from exporter.model import ClusterSnapshot, CycleResult
+from exporter.model import ClusterSnapshot, CycleResult, PipelineMemory
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,10 @@ class ClusterJob:
         self._clock = clock
         self._running = threading.Lock()
         self._stopping = threading.Event()
+        #: What the pipeline handed this cluster's next cycle (confirmations, watched
+        #: transactions, running totals): owned here, flowing one way, never read back from
+        #: the scrape store.
+        self._memory: PipelineMemory | None = None
 
     @classmethod
     def build(cls, cluster: ClusterConfig, pipeline: PipelineRunner, store: StateStore,
@@ -64,21 +68,30 @@ class ClusterJob:
             log.warning("cycle for cluster %s still running after %.0f s", self.cluster.name, wait_s)
 
     def run_cycle(self) -> None:
-        if self._stopping.is_set() or not self._running.acquire(blocking=False):
+        if self._stopping.is_set():
+            return
+        if not self._running.acquire(blocking=False):
+            self.skipped()
             return
         try:
             self._run_cycle()
         finally:
             self._running.release()
 
+    def skipped(self) -> None:
+        """A scheduled run that did not start because the previous one was still running."""
+        log.warning("cycle for cluster %s skipped: the previous cycle is still running",
+                    self.cluster.name)
+        self._metrics.cycles_skipped.labels(self.cluster.name).inc()
+
     def _run_cycle(self) -> None:
         name = self.cluster.name
         started = time.monotonic()
         state = self._store.get(name)
-        previous = state.result
+        memory = self._memory
         try:
             snapshot = self._collector.collect(
-                describe_extra=[w[0] for w in previous.watched_ongoing] if previous else ())
+                describe_extra=memory.watched_ids if memory is not None else ())
         except KafkaUnavailable as e:
             log.warning("cycle for cluster %s failed: %s", name, e)
             self._metrics.request_errors.labels(name, "Metadata", e.error).inc()
@@ -98,16 +111,15 @@ class ClusterJob:
             return
         pipeline_started = time.monotonic()
         try:
-            result = self._pipeline.compute(snapshot, previous, int(self._clock() * 1000))
+            result = self._pipeline.compute(snapshot, memory, int(self._clock() * 1000))
         except Exception:
             log.exception("pipeline failed for cluster %s", name)
             self._finish(replace(state, up=False), "failed", started)
             return
         stages = (*snapshot.stage_seconds, ("pipeline", time.monotonic() - pipeline_started))
-        for coordinator in result.coordinators:  # series exist at 0 before any abort
-            self._metrics.timeout_aborts.labels(name, str(coordinator.coordinator_id))
-        for abort in result.timeout_aborts:
-            self._metrics.timeout_aborts.labels(name, str(abort.coordinator_id)).inc()
+        if self._stopping.is_set():
+            return  # a cycle cut short by stop() publishes nothing and remembers nothing
+        self._memory = result.memory
         for listener in self._listeners:
             try:
                 listener(snapshot, result)

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from exporter.config import SparkConfig
-from exporter.model import ClusterSnapshot, CycleResult, PipelineSettings
+from exporter.model import ClusterSnapshot, CycleResult, PipelineMemory, PipelineSettings
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +50,13 @@ class PipelineRunner:
         log.info("Spark session ready and warm in %.1f s (%s)", time.monotonic() - started,
                  self._spark_config.redacted_connect_url or self._spark_config.master)
 
-    def compute(self, snapshot: ClusterSnapshot, previous: CycleResult | None,
+    def compute(self, snapshot: ClusterSnapshot, memory: PipelineMemory | None,
                 now_ms: int) -> CycleResult:
         from exporter.pipeline.compute import compute
 
         with self._lock:  # one pipeline run at a time: clusters share the session
             self._start_locked()
-            return compute(self._spark, snapshot, self.settings, previous, now_ms)
+            return compute(self._spark, snapshot, self.settings, memory, now_ms)
 
     def stop(self) -> None:
         """Stop Spark for good (after a pipeline run in flight, or the JVM's start)."""

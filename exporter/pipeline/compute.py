@@ -6,13 +6,19 @@ Every definition is documented in ``docs/metrics.md``; the short version:
 * an *open transaction* is a DescribeProducers row with ``CurrentTxnStartOffset >= 0``;
 * it is matched to its coordinator through ListTransactions (producer id -> transactional
   id) and DescribeTransactions;
-* it is a *hanging candidate* when no coordinator owns it (KIP-664 / ``find-hanging``), and
+* it is a *hanging candidate* when no coordinator owns it (KIP-664 / ``find-hanging``) AND the
+  partition, read again after the coordinators, still shows the same open transaction; it is
   *hanging* once the same candidate was seen in ``hanging_confirm_cycles`` consecutive cycles;
+* it is *unknown* when the evidence is missing (a coordinator could not be read, not every
+  coordinator answered, the principal may not see every transactional id, the candidate could
+  not be re-read); a remembered candidate keeps its class and count through missing evidence,
+  and only positive evidence (the transaction closed, its coordinator owns it) clears it;
 * it is *late* when older than the leader's ``transaction.max.timeout.ms`` plus padding.
 
 Everything runs on the DataFrame API only (no RDDs, no SparkContext), so it works on Spark
-Connect too. Spark actions are few and fixed: at most one ``collect`` per output table (see
-:class:`ComputeStats`); tables whose inputs are empty are not computed at all.
+Connect too. Each output table is declared once as a record of ``exporter.model`` and every
+output of a cycle comes back in ONE Spark action: the tables are packed side by side as
+struct columns of one union and brought back with one ``toArrow()`` (see :func:`_collect`).
 """
 
 from __future__ import annotations
@@ -20,10 +26,13 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
-from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import LongType, StructField, StructType
 
 from exporter.model import (
     COORDINATOR_STATES,
@@ -31,25 +40,41 @@ from exporter.model import (
     OPEN_COORDINATOR_STATES,
     TWO_PHASE_COMMIT_TIMEOUT_MS,
     BrokerMetrics,
+    ClassCount,
     ClusterSnapshot,
+    CoordinatorCount,
     CoordinatorMetrics,
+    CoordinatorStateCount,
     CoordinatorTimeoutAbort,
     CycleResult,
     Finding,
+    HangingCandidate,
     HangingReason,
     PartitionMetrics,
+    PipelineMemory,
     PipelineSettings,
     StartTimeSource,
     TxnClass,
+    UnknownCount,
+    UnknownReason,
+    WatchedTransaction,
 )
-from exporter.pipeline.tables import SnapshotFrames, arrow_table, snapshot_frames
+from exporter.pipeline.tables import (
+    Tables,
+    arrow_of,
+    columns_of,
+    frame_of,
+    record_of,
+    records_of,
+    schema_of,
+)
 
 log = logging.getLogger(__name__)
 
 #: DescribeTransactions errors that mean "this coordinator does not know the id": an
 #: authoritative answer (hanging candidate), unlike e.g. COORDINATOR_NOT_AVAILABLE (unknown).
 NOT_FOUND_ERRORS = frozenset({"TRANSACTIONAL_ID_NOT_FOUND"})
-#: Coordinator states a KIP-588 timeout abort ends in.
+#: Coordinator states a KIP-588 timeout abort passes through.
 ABORT_STATES = ("PrepareAbort", "CompleteAbort")
 #: The API whose failure makes "no coordinator lists this producer id" inconclusive.
 LIST_TRANSACTIONS_API = "ListTransactions"
@@ -85,38 +110,22 @@ SEVERITY = (
     TxnClass.ONGOING,
 )
 
-_CANDIDATES_SCHEMA = StructType(
-    [
-        StructField("topic", StringType(), False),
-        StructField("partition", IntegerType(), False),
-        StructField("producer_id", LongType(), False),
-        StructField("start_offset", LongType(), False),
-        StructField("previous_cycles", IntegerType(), False),
-    ]
-)
-_WATCHED_SCHEMA = StructType(
-    [
-        StructField("transactional_id", StringType(), False),
-        StructField("old_producer_id", LongType(), False),
-        StructField("old_epoch", IntegerType(), False),
-        StructField("deadline_ms", LongType(), False),
-    ]
-)
+_FINDING_COLUMNS = tuple(c.name for c in columns_of(Finding))
 
 
 @dataclass
 class ComputeStats:
-    """What one :func:`compute` call cost: Spark actions and wall time per output table."""
+    """What one :func:`compute` call cost: Spark actions and wall time."""
 
     actions: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
 
-    def collect(self, name: str, frame: DataFrame) -> list[Row]:
-        started = time.perf_counter()
-        rows: list[Row] = frame.collect()
-        self.seconds[name] = time.perf_counter() - started
-        self.actions += 1
-        return rows
+
+@dataclass(frozen=True, slots=True)
+class _CandidateRow:
+    """A remembered candidate as a table: the finding's columns and its cycle count."""
+
+    previous_cycles: int
 
 
 def listing_incomplete(snapshot: ClusterSnapshot) -> bool:
@@ -138,91 +147,217 @@ def compute(
     spark: SparkSession,
     snapshot: ClusterSnapshot,
     settings: PipelineSettings,
-    previous: CycleResult | None,
+    memory: PipelineMemory | None,
     now_ms: int,
     *,
     stats: ComputeStats | None = None,
 ) -> CycleResult:
     """Classify the cycle's open transactions and compute every metric table.
 
-    Never raises because of what the snapshot lacks: a table whose source failed is empty,
-    and transactions whose coordinator could not be read are classed ``UNKNOWN``.
+    ``memory`` is what the previous cycle of this cluster returned (``result.memory``), or
+    None on the first cycle. Never raises because of what the snapshot lacks: a table whose
+    source failed is empty, and transactions whose evidence is missing are ``UNKNOWN``.
     """
     st = stats if stats is not None else ComputeStats()
-    frames = snapshot_frames(spark, snapshot).persist()
-    txns: DataFrame | None = None
-    partition_frame: DataFrame | None = None
-    try:
-        if any(p.current_txn_start_offset >= 0 for p in snapshot.producers):
-            txns = _classified_open_transactions(
-                spark, frames, snapshot, settings, previous, now_ms
-            ).persist()
-        partition_frame = _partition_frame(frames, txns).persist()
-        partitions: tuple[PartitionMetrics, ...] = ()
-        if snapshot.partitions or txns is not None:
-            partitions = _partition_metrics(st, partition_frame)
-        brokers: tuple[BrokerMetrics, ...] = ()
-        if snapshot.partitions or snapshot.brokers or snapshot.broker_configs or txns is not None:
-            brokers = _broker_metrics(st, frames, txns, partition_frame)
-        findings: tuple[Finding, ...] = ()
-        by_class: dict[TxnClass, int] = dict.fromkeys(TxnClass, 0)
-        candidates: tuple[tuple[tuple[str, int, int, int], int], ...] = ()
-        if txns is not None:
-            findings = _findings(st, txns, settings.max_findings)
-            counts = st.collect("open_transactions_by_class", txns.groupBy("txn_class").count())
-            for cls, count in counts:
-                by_class[TxnClass(cls)] = count
-            candidates = _hanging_candidates(st, txns)
-        coordinators = _coordinator_metrics(st, frames, snapshot, now_ms)
-        watched = _watched_ongoing(st, frames, snapshot, previous)
-        aborts = _timeout_aborts(st, spark, frames, snapshot, previous, now_ms)
-    finally:
-        for frame in (partition_frame, txns):
-            if frame is not None:
-                frame.unpersist()
-        frames.unpersist()
+    mem = memory if memory is not None else PipelineMemory()
+    t = Tables(spark, snapshot)
+    out: dict[str, tuple[type, DataFrame]] = {}
+
+    classified: DataFrame | None = None
+    if any(p.current_txn_start_offset >= 0 for p in snapshot.producers) or mem.candidates:
+        classified = _classified(spark, t, snapshot, settings, mem, now_ms)
+        out["findings"] = (Finding, _findings(classified, settings.max_findings))
+        out["class_counts"] = (ClassCount, classified.groupBy("txn_class").count())
+        out["unknown_counts"] = (
+            UnknownCount,
+            classified.where(F.col("unknown_reason").isNotNull())
+            .groupBy(F.col("unknown_reason").alias("reason"))
+            .count(),
+        )
+        out["candidates"] = (
+            _CandidateRow,
+            classified.where(F.col("candidate_cycles").isNotNull()).select(
+                *_FINDING_COLUMNS, F.col("candidate_cycles").alias("previous_cycles")
+            ),
+        )
+    if not t.empty("partitions") or classified is not None:
+        partitions = _partition_frame(t, classified)
+        out["partitions"] = (PartitionMetrics, partitions)
+        out["brokers"] = (BrokerMetrics, _broker_frame(t, classified, partitions))
+    elif not (t.empty("brokers") and t.empty("broker_configs")):
+        out["brokers"] = (BrokerMetrics, _broker_frame(t, None, None))
+    if snapshot.coordinators_listed or snapshot.transactions or snapshot.listed_transactions:
+        out["coordinators"] = (CoordinatorMetrics, _coordinator_frame(t, now_ms))
+        out["coordinator_states"] = (CoordinatorStateCount, _coordinator_state_frame(t))
+    if any(d.state == "Ongoing" for d in snapshot.transactions):
+        out["watched"] = (WatchedTransaction, _watched_frame(t, snapshot.taken_at_ms))
+    if mem.watched and not t.empty("transactions"):
+        out["aborts"] = (
+            CoordinatorTimeoutAbort,
+            _timeout_abort_frame(spark, t, mem, _transaction_version(snapshot), now_ms),
+        )
+
+    rows = _collect(st, out)
+    result = _assemble(snapshot, settings, mem, rows, now_ms)
     if log.isEnabledFor(logging.DEBUG):
         log.debug(
-            "cluster %s: %d partitions, %d findings, %d Spark actions (%s)",
+            "cluster %s: %d partitions, %d findings, %d Spark action(s) in %.2f s",
             snapshot.cluster,
-            len(partitions),
-            len(findings),
+            len(result.partitions),
+            len(result.findings),
             st.actions,
-            ", ".join(f"{name} {secs:.2f}s" for name, secs in st.seconds.items()),
+            sum(st.seconds.values()),
         )
+    return result
+
+
+# --- one action for every output -----------------------------------------------------------
+
+
+def _collect(st: ComputeStats, out: dict[str, tuple[type, DataFrame]]) -> dict[str, list[Any]]:
+    """Every output table in one Spark action.
+
+    Each table's columns (its record's fields, by name) are prefixed with the table's name
+    and the tables are stacked in one union whose other columns are null, with a ``_table``
+    tag; one ``toArrow()`` brings the whole result back, and each table is cut out of it by
+    its tag. One plan, one job submission, one transfer: Spark's per-action cost is paid
+    once per cycle instead of once per table. (Flat columns rather than one struct per
+    table: Arrow cannot hand back a null struct whose fields are declared non-null.)
+    """
+    if not out:
+        return {}
+    names: dict[str, list[str]] = {}
+    union: DataFrame | None = None
+    for table, (record, frame) in out.items():
+        cols = [c.name for c in columns_of(record)]
+        if record is _CandidateRow:
+            cols = [*_FINDING_COLUMNS, "previous_cycles"]
+        names[table] = cols
+        branch = frame.select(
+            F.lit(table).alias("_table"), *(F.col(c).alias(f"{table}.{c}") for c in cols)
+        )
+        union = branch if union is None else union.unionByName(branch, allowMissingColumns=True)
+    assert union is not None
+    started = time.perf_counter()
+    arrow: pa.Table = union.toArrow()
+    st.seconds["collect"] = time.perf_counter() - started
+    st.actions += 1
+    tags = arrow.column("_table")
+    return {
+        table: arrow.filter(pc.equal(tags, table))
+        .select([f"{table}.{c}" for c in cols])
+        .rename_columns(cols)
+        .to_pylist()
+        for table, cols in names.items()
+    }
+
+
+def _assemble(
+    snapshot: ClusterSnapshot,
+    settings: PipelineSettings,
+    mem: PipelineMemory,
+    rows: dict[str, list[Any]],
+    now_ms: int,
+) -> CycleResult:
+    findings = sorted(records_of(Finding, rows.get("findings", [])), key=_finding_order)
+    by_class = dict.fromkeys(TxnClass, 0)
+    for c in records_of(ClassCount, rows.get("class_counts", [])):
+        by_class[c.txn_class] = c.count
+    unknown = dict.fromkeys(UnknownReason, 0)
+    for u in records_of(UnknownCount, rows.get("unknown_counts", [])):
+        unknown[u.reason] = u.count
+    states: dict[int, dict[str, int]] = {}
+    for s in records_of(CoordinatorStateCount, rows.get("coordinator_states", [])):
+        states.setdefault(s.coordinator_id, {})[s.state] = s.count
+    coordinators = tuple(
+        sorted(
+            (
+                record_of(
+                    CoordinatorMetrics,
+                    r,
+                    transactions_by_state=tuple(
+                        (state, states.get(r["coordinator_id"], {}).get(state, 0))
+                        for state in COORDINATOR_STATES
+                    ),
+                )
+                for r in rows.get("coordinators", [])
+            ),
+            key=lambda c: c.coordinator_id,
+        )
+    )
+    aborts = tuple(
+        sorted(
+            records_of(CoordinatorTimeoutAbort, rows.get("aborts", [])),
+            key=lambda a: a.transactional_id,
+        )
+    )
+    memory = PipelineMemory(
+        candidates=tuple(
+            sorted(
+                (
+                    HangingCandidate(record_of(Finding, r), r["previous_cycles"])
+                    for r in rows.get("candidates", [])
+                ),
+                key=lambda c: (c.finding.topic, c.finding.partition, c.finding.producer_id,
+                               c.finding.start_offset),
+            )
+        ),
+        watched=_next_watched(snapshot, mem, rows.get("watched", []), aborts),
+        timeout_aborts_total=_abort_totals(mem, coordinators, aborts),
+    )
     return CycleResult(
         cluster=snapshot.cluster,
         computed_at_ms=now_ms,
-        partitions=partitions,
-        brokers=brokers,
+        partitions=tuple(
+            sorted(records_of(PartitionMetrics, rows.get("partitions", [])),
+                   key=lambda p: (p.topic, p.partition))
+        ),
+        brokers=tuple(
+            sorted(records_of(BrokerMetrics, rows.get("brokers", [])), key=lambda b: b.broker_id)
+        ),
         coordinators=coordinators,
-        findings=findings,
+        findings=tuple(findings[: max(0, settings.max_findings)]),
         open_transactions_by_class=tuple(by_class.items()),
+        open_transactions_unknown=tuple(unknown.items()),
         timeout_aborts=aborts,
-        watched_ongoing=watched,
-        hanging_candidates=candidates,
+        transactional_ids_visible=snapshot.transactional_ids_visible,
+        transaction_version=_transaction_version(snapshot),
+        memory=memory,
     )
+
+
+def _transaction_version(snapshot: ClusterSnapshot) -> int | None:
+    """The finalized transaction.version of the cluster (every broker reports the same)."""
+    versions = [c.transaction_version for c in snapshot.broker_configs if c.transaction_version >= 0]
+    return max(versions) if versions else None
+
+
+def _finding_order(f: Finding) -> tuple[int, bool, int, str, int, int]:
+    return (SEVERITY.index(f.txn_class), not f.late, -f.duration_ms, f.topic, f.partition,
+            f.producer_id)
 
 
 # --- open partition-level transactions ----------------------------------------------------
 
 
-def _classified_open_transactions(
+def _classified(
     spark: SparkSession,
-    f: SnapshotFrames,
+    t: Tables,
     snapshot: ClusterSnapshot,
     settings: PipelineSettings,
-    previous: CycleResult | None,
+    mem: PipelineMemory,
     now_ms: int,
 ) -> DataFrame:
-    """One row per open partition-level transaction, with every :class:`Finding` column.
+    """One row per open partition-level transaction (and per remembered candidate whose
+    partition could not be read), with every :class:`Finding` column.
 
     The open transactions are the big side of every join; the coordinator-side tables are
     broadcast (a snapshot's coordinator tables are small), so the only shuffle is the one
     that picks the best coordinator match per transaction.
     """
     c = F.col
-    open_txns = f.producers.where(c("current_txn_start_offset") >= 0).select(
+    b = F.broadcast
+    open_txns = t["producers"].where(c("current_txn_start_offset") >= 0).select(
         "topic",
         "partition",
         c("broker_id").alias("answered_by"),
@@ -232,12 +367,12 @@ def _classified_open_transactions(
         c("current_txn_start_offset").alias("start_offset"),
         "last_timestamp_ms",
     )
-    leaders = f.partitions.select("topic", "partition", "leader")
-    max_timeouts = f.broker_configs.select("broker_id", "transaction_max_timeout_ms")
+    leaders = t["partitions"].select("topic", "partition", "leader")
+    max_timeouts = t["broker_configs"].select("broker_id", "transaction_max_timeout_ms")
     # Duplicate rows (a producer id listed by two coordinators during a move) are harmless:
     # the window below keeps one row per open transaction.
-    listed = f.listed_transactions.select("producer_id", "transactional_id")
-    described = f.transactions.select(
+    listed = t["listed_transactions"].select("producer_id", "transactional_id")
+    described = t["transactions"].select(
         "transactional_id",
         c("coordinator_id").alias("txn_coordinator_id"),
         c("error").alias("txn_error"),
@@ -247,17 +382,26 @@ def _classified_open_transactions(
         c("producer_id").alias("txn_producer_id"),
         F.lit(True).alias("described"),
     )
-    in_txn = f.transaction_partitions.select(
+    in_txn = t["transaction_partitions"].select(
         "transactional_id",
         c("coordinator_id").alias("txn_coordinator_id"),
         "topic",
         "partition",
         F.lit(True).alias("in_txn"),
     )
-    batches = f.batch_timestamps.where(c("timestamp_ms") >= 0).select(
+    batches = t["batch_timestamps"].where(c("timestamp_ms") >= 0).select(
         "topic", "partition", c("offset").alias("start_offset"), c("timestamp_ms").alias("batch_ms")
     )
-    b = F.broadcast
+    still_open = (
+        t["reread_producers"]
+        .where(c("current_txn_start_offset") >= 0)
+        .select("topic", "partition", "producer_id",
+                c("current_txn_start_offset").alias("start_offset"),
+                F.lit(True).alias("verified"))
+        .dropDuplicates(list(KEY))
+    )
+    reread = t["reread_partitions"].select("topic", "partition", F.lit(True).alias("reread"))
+    previous = _previous_candidates(spark, mem)
     joined = (
         open_txns.join(b(leaders), ["topic", "partition"], "left")
         .select(
@@ -269,15 +413,27 @@ def _classified_open_transactions(
         .join(b(listed), "producer_id", "left")
         .join(b(described), "transactional_id", "left")
         .join(b(in_txn), ["transactional_id", "txn_coordinator_id", "topic", "partition"], "left")
-        .join(b(_previous_candidates(spark, previous)), list(KEY), "left")
+        .join(b(still_open), list(KEY), "left")
+        .join(b(reread), ["topic", "partition"], "left")
+        .join(b(previous), list(KEY), "left")
     )
     match = _match_rank()
     best_first = Window.partitionBy(*KEY).orderBy(match, c("transactional_id"))
-    best = (
-        joined.select("*", match.alias("match"), F.row_number().over(best_first).alias("_n"))
-        .where(c("_n") == 1)
+    best = joined.select(
+        "*", match.alias("match"), F.row_number().over(best_first).alias("_n")
+    ).where(c("_n") == 1)
+    current = best.select(*_classified_columns(snapshot, settings, now_ms)).where(
+        ~c("closed_meanwhile")
+    ).drop("closed_meanwhile")
+    if not mem.candidates:
+        return current
+    # A remembered candidate whose partition could not be read at all this cycle: no evidence
+    # either way, so it stays as it was (its age moves on).
+    unread = t["unread_partitions"].select("topic", "partition")
+    absent = previous.join(open_txns.select(*KEY), list(KEY), "left_anti").join(
+        b(unread), ["topic", "partition"], "left_semi"
     )
-    return best.select(*_classified_columns(snapshot, settings, now_ms))
+    return current.unionByName(absent.select(*_kept_columns(now_ms)))
 
 
 def _match_rank() -> Column:
@@ -294,16 +450,28 @@ def _match_rank() -> Column:
     )
 
 
-def _previous_candidates(spark: SparkSession, previous: CycleResult | None) -> DataFrame:
-    rows = [
-        (topic, partition, producer_id, start_offset, cycles)
-        for (topic, partition, producer_id, start_offset), cycles in (
-            previous.hanging_candidates if previous is not None else ()
-        )
-    ]
-    if not rows:
-        return spark.emptyDataFrame(_CANDIDATES_SCHEMA)
-    return spark.createDataFrame(arrow_table(rows, _CANDIDATES_SCHEMA), _CANDIDATES_SCHEMA)
+def _previous_candidates(spark: SparkSession, mem: PipelineMemory) -> DataFrame:
+    """Last cycle's candidates: their finding's columns prefixed ``prev_``, and their count."""
+    schema = StructType(
+        [*schema_of(Finding).fields, StructField("previous_cycles", LongType(), False)]
+    )
+    arrow = arrow_of(Finding, [m.finding for m in mem.candidates]).append_column(
+        pa.field("previous_cycles", pa.int64(), False),
+        pa.array([m.cycles for m in mem.candidates], type=pa.int64()),
+    )
+    frame = spark.createDataFrame(arrow, schema)
+    return frame.select(
+        *KEY,
+        *(F.col(name).alias(f"prev_{name}") for name in _FINDING_COLUMNS if name not in KEY),
+        "previous_cycles",
+    )
+
+
+def _severity(txn_class: Column) -> Column:
+    severity = F.lit(len(SEVERITY))
+    for rank, cls in reversed(list(enumerate(SEVERITY))):
+        severity = F.when(txn_class == cls.value, rank).otherwise(severity)
+    return severity
 
 
 def _classified_columns(
@@ -312,14 +480,24 @@ def _classified_columns(
     """The classification, as one projection (see docs/metrics.md for each rule)."""
     c = F.col
     match = c("match")
+    incomplete = listing_incomplete(snapshot)
+    visible = snapshot.transactional_ids_visible is True
     not_listed_reason = (
-        F.lit(None).cast("string")
-        if listing_incomplete(snapshot)
-        else F.lit(HangingReason.NO_TRANSACTIONAL_ID.value)
+        F.lit(HangingReason.NO_TRANSACTIONAL_ID.value)
+        if visible and not incomplete
+        else F.lit(None).cast("string")
     )
     reason = F.when(match == _NOT_LISTED, not_listed_reason)
     for rank, why in _CANDIDATE_REASON.items():
         reason = reason.when(match == rank, F.lit(why.value))
+    not_listed_unknown = (
+        UnknownReason.LISTING_INCOMPLETE if incomplete else UnknownReason.OWNER_MAY_BE_INVISIBLE
+    )
+    missing_evidence = (
+        F.when(match == _UNREADABLE, F.lit(UnknownReason.COORDINATOR_UNREADABLE.value))
+        .when((match == _NOT_LISTED) & reason.isNull(), F.lit(not_listed_unknown.value))
+        .when(reason.isNotNull() & c("reread").isNull(), F.lit(UnknownReason.UNVERIFIED.value))
+    )
 
     legit = match == _LEGIT
     from_coordinator = legit & (c("txn_start_time_ms") >= 0)
@@ -344,25 +522,30 @@ def _classified_columns(
         c("transaction_max_timeout_ms"), F.lit(DEFAULT_TRANSACTION_MAX_TIMEOUT_MS)
     )
     late = known_start & (duration > max_timeout + F.lit(settings.late_padding_ms))
-    unknown = (match == _UNREADABLE) | ((match == _NOT_LISTED) & reason.isNull())
     two_phase = legit & (c("txn_timeout_ms") == TWO_PHASE_COMMIT_TIMEOUT_MS)
-    cycles = F.when(reason.isNotNull(), F.coalesce(c("previous_cycles"), F.lit(0)) + 1)
+
+    remembered = c("previous_cycles").isNotNull()
+    verified_candidate = reason.isNotNull() & c("reread").isNotNull() & c("verified").isNotNull()
+    # Evidence missing and the transaction remembered as a candidate: keep it as it was.
+    kept = remembered & missing_evidence.isNotNull()
+    cycles = (
+        F.when(verified_candidate, F.coalesce(c("previous_cycles"), F.lit(0)) + 1)
+        .when(kept, c("previous_cycles"))
+    )
+    confirmed = cycles >= settings.hanging_confirm_cycles
     txn_class = (
-        F.when(cycles >= settings.hanging_confirm_cycles, TxnClass.HANGING.value)
+        F.when(cycles.isNotNull() & confirmed, TxnClass.HANGING.value)
         .when(cycles.isNotNull(), TxnClass.SUSPECTED_HANGING.value)
-        .when(unknown, TxnClass.UNKNOWN.value)
+        .when(missing_evidence.isNotNull(), TxnClass.UNKNOWN.value)
         .when(two_phase, TxnClass.TWO_PHASE_COMMIT.value)
         .when(late, TxnClass.LATE.value)
         .otherwise(TxnClass.ONGOING.value)
     )
-    severity = F.lit(len(SEVERITY))
-    for rank, cls in reversed(list(enumerate(SEVERITY))):
-        severity = F.when(txn_class == cls.value, rank).otherwise(severity)
     described_ok = c("described").isNotNull() & c("txn_error").isNull()
     return [
         c("topic"),
         c("partition"),
-        c("broker_id").cast("int").alias("broker_id"),
+        c("broker_id"),
         c("producer_id"),
         c("producer_epoch"),
         c("coordinator_epoch"),
@@ -373,46 +556,53 @@ def _classified_columns(
         duration.alias("duration_ms"),
         txn_class.alias("txn_class"),
         late.alias("late"),
-        reason.alias("hanging_reason"),
-        c("transactional_id"),
-        F.when(c("described").isNotNull(), c("txn_coordinator_id"))
+        F.when(kept, c("prev_hanging_reason")).otherwise(reason).alias("hanging_reason"),
+        F.when(cycles.isNull(), missing_evidence).alias("unknown_reason"),
+        F.coalesce(c("transactional_id"), c("prev_transactional_id")).alias("transactional_id"),
+        F.when(kept, c("prev_coordinator_id"))
+        .when(c("described").isNotNull(), c("txn_coordinator_id"))
         .otherwise(-1)
         .alias("coordinator_id"),
-        F.when(described_ok, c("txn_state")).alias("coordinator_state"),
+        F.when(kept, c("prev_coordinator_state"))
+        .when(described_ok, c("txn_state"))
+        .alias("coordinator_state"),
         F.when(described_ok, c("txn_timeout_ms")).otherwise(-1).alias("transaction_timeout_ms"),
+        F.lit(None).cast("string").alias("application"),
         cycles.alias("candidate_cycles"),
-        severity.alias("severity"),
+        _severity(txn_class).alias("severity"),
+        # A candidate whose partition, read again after the coordinators, no longer shows it:
+        # it closed between the reads (markers written meanwhile), so it is not open at all.
+        (reason.isNotNull() & c("reread").isNotNull() & c("verified").isNull()).alias(
+            "closed_meanwhile"
+        ),
     ]
 
 
-_FINDING_COLUMNS = (
-    "topic",
-    "partition",
-    "broker_id",
-    "producer_id",
-    "producer_epoch",
-    "coordinator_epoch",
-    "start_offset",
-    "last_timestamp_ms",
-    "start_time_ms",
-    "start_time_source",
-    "duration_ms",
-    "txn_class",
-    "late",
-    "hanging_reason",
-    "transactional_id",
-    "coordinator_id",
-    "coordinator_state",
-    "transaction_timeout_ms",
-)
-
-
-def _findings(st: ComputeStats, txns: DataFrame, max_findings: int) -> tuple[Finding, ...]:
-    if max_findings <= 0:
-        return ()
+def _kept_columns(now_ms: int) -> list[Column]:
+    """A remembered candidate re-emitted unchanged (no evidence this cycle); its age moves on."""
     c = F.col
-    ordered = (
-        txns.where(c("txn_class") != TxnClass.ONGOING.value)
+    start = c("prev_start_time_ms")
+    cols: list[Column] = []
+    for name in _FINDING_COLUMNS:
+        if name in KEY:
+            cols.append(c(name))
+        elif name == "duration_ms":
+            cols.append(
+                F.when(start >= 0, F.greatest(F.lit(0), F.lit(now_ms) - start))
+                .otherwise(c("prev_duration_ms"))
+                .alias(name)
+            )
+        else:
+            cols.append(c(f"prev_{name}").alias(name))
+    cols.append(c("previous_cycles").alias("candidate_cycles"))
+    cols.append(_severity(c("prev_txn_class")).alias("severity"))
+    return cols
+
+
+def _findings(classified: DataFrame, max_findings: int) -> DataFrame:
+    c = F.col
+    return (
+        classified.where(c("txn_class") != TxnClass.ONGOING.value)
         .orderBy(
             c("severity"),
             c("late").desc(),
@@ -421,42 +611,8 @@ def _findings(st: ComputeStats, txns: DataFrame, max_findings: int) -> tuple[Fin
             "partition",
             "producer_id",
         )
-        .limit(max_findings)
-        .select(*_FINDING_COLUMNS)
+        .limit(max(0, max_findings))
     )
-    return tuple(
-        Finding(
-            topic=r[0],
-            partition=r[1],
-            broker_id=r[2],
-            producer_id=r[3],
-            producer_epoch=r[4],
-            coordinator_epoch=r[5],
-            start_offset=r[6],
-            last_timestamp_ms=r[7],
-            start_time_ms=r[8],
-            start_time_source=StartTimeSource(r[9]),
-            duration_ms=r[10],
-            txn_class=TxnClass(r[11]),
-            late=r[12],
-            hanging_reason=HangingReason(r[13]) if r[13] is not None else None,
-            transactional_id=r[14],
-            coordinator_id=r[15],
-            coordinator_state=r[16],
-            transaction_timeout_ms=r[17],
-        )
-        for r in st.collect("findings", ordered)
-    )
-
-
-def _hanging_candidates(
-    st: ComputeStats, txns: DataFrame
-) -> tuple[tuple[tuple[str, int, int, int], int], ...]:
-    rows = st.collect(
-        "hanging_candidates",
-        txns.where(F.col("candidate_cycles").isNotNull()).select(*KEY, "candidate_cycles"),
-    )
-    return tuple(sorted(((r[0], r[1], r[2], r[3]), r[4]) for r in rows))
 
 
 # --- partitions and brokers ----------------------------------------------------------------
@@ -464,11 +620,11 @@ def _hanging_candidates(
 # outer joins: the zero-filling and the "appears in any source" rule come for free.
 
 
-def _partition_frame(f: SnapshotFrames, txns: DataFrame | None) -> DataFrame:
+def _partition_frame(t: Tables, classified: DataFrame | None) -> DataFrame:
     """Every partition (offsets read, or an open transaction seen), with its leader, LSO lag,
     the age of its oldest open transaction and whether any open transaction is late."""
     c = F.col
-    offsets = f.partitions.select(
+    offsets = t["partitions"].select(
         "topic",
         "partition",
         c("leader").alias("offsets_leader"),
@@ -479,9 +635,9 @@ def _partition_frame(f: SnapshotFrames, txns: DataFrame | None) -> DataFrame:
             F.greatest(F.lit(0), c("high_watermark") - c("last_stable_offset")),
         ).alias("lso_lag"),
     )
-    if txns is not None:
+    if classified is not None:
         offsets = offsets.unionByName(
-            txns.select(
+            classified.select(
                 "topic",
                 "partition",
                 c("broker_id").alias("txn_leader"),
@@ -493,191 +649,201 @@ def _partition_frame(f: SnapshotFrames, txns: DataFrame | None) -> DataFrame:
     else:
         offsets = offsets.select(
             "*",
-            F.lit(None).cast("int").alias("txn_leader"),
+            F.lit(None).cast("long").alias("txn_leader"),
             F.lit(None).cast("long").alias("duration_ms"),
             F.lit(None).cast("int").alias("late"),
         )
     return offsets.groupBy("topic", "partition").agg(
         F.coalesce(F.max("offsets_leader"), F.max("txn_leader"), F.lit(-1)).alias("leader"),
         F.max("lso_lag").alias("lso_lag"),
-        F.max("duration_ms").alias("max_duration_ms"),
+        F.max("duration_ms").alias("max_active_transaction_duration_ms"),
         F.coalesce(F.max("late"), F.lit(0)).alias("has_late"),
     )
 
 
-def _partition_metrics(st: ComputeStats, partitions: DataFrame) -> tuple[PartitionMetrics, ...]:
-    rows = st.collect(
-        "partitions",
-        partitions.select("topic", "partition", "leader", "lso_lag", "max_duration_ms"),
-    )
-    rows.sort(key=lambda r: (r[0], r[1]))
-    return tuple(
-        PartitionMetrics(
-            topic=t,
-            partition=p,
-            leader=leader,
-            lso_lag=lag,
-            max_active_transaction_duration_ms=duration,
-        )
-        for t, p, leader, lag, duration in rows
-    )
-
-
-def _broker_metrics(
-    st: ComputeStats, f: SnapshotFrames, txns: DataFrame | None, partitions: DataFrame
-) -> tuple[BrokerMetrics, ...]:
-    """Every known broker (metadata, configs, partition leaders), zero-filled."""
+def _broker_frame(
+    t: Tables, classified: DataFrame | None, partitions: DataFrame | None
+) -> DataFrame:
+    """Every known broker (metadata, configs, partition leaders), zero-filled. A broker whose
+    configs were not read has no verification or 2PC value (null, never a guess)."""
     c = F.col
     none_int, none_long = F.lit(None).cast("int"), F.lit(None).cast("long")
+    blank = {
+        "verification": none_int,
+        "two_phase": none_int,
+        "transaction_max_timeout_ms": none_long,
+        "late": none_int,
+        "lso_lag": none_long,
+        "hanging": none_int,
+    }
+
+    def source(frame: DataFrame, broker: Column, **given: Column) -> DataFrame:
+        return frame.select(
+            broker.alias("broker_id"), *((given.get(k, v)).alias(k) for k, v in blank.items())
+        )
+
     sources = [
-        f.brokers.select(
-            "broker_id",
-            none_int.alias("verification"),
-            none_long.alias("transaction_max_timeout_ms"),
-            none_int.alias("late"),
-            none_long.alias("lso_lag"),
-            none_int.alias("hanging"),
-        ),
-        f.broker_configs.select(
-            "broker_id",
-            c("verification_enabled").cast("int").alias("verification"),
-            "transaction_max_timeout_ms",
-            none_int.alias("late"),
-            none_long.alias("lso_lag"),
-            none_int.alias("hanging"),
-        ),
-        partitions.where(c("leader") >= 0).select(
-            c("leader").alias("broker_id"),
-            none_int.alias("verification"),
-            none_long.alias("transaction_max_timeout_ms"),
-            c("has_late").cast("int").alias("late"),
-            "lso_lag",
-            none_int.alias("hanging"),
+        source(t["brokers"], c("broker_id")),
+        source(
+            t["broker_configs"],
+            c("broker_id"),
+            verification=c("verification_enabled").cast("int"),
+            two_phase=c("two_phase_commit_enabled").cast("int"),
+            transaction_max_timeout_ms=c("transaction_max_timeout_ms"),
         ),
     ]
-    if txns is not None:
+    if partitions is not None:
         sources.append(
-            txns.where(c("txn_class") == TxnClass.HANGING.value).select(
-                "broker_id",
-                none_int.alias("verification"),
-                none_long.alias("transaction_max_timeout_ms"),
-                none_int.alias("late"),
-                none_long.alias("lso_lag"),
-                F.lit(1).alias("hanging"),
-            )
+            source(partitions.where(c("leader") >= 0), c("leader"),
+                   late=c("has_late").cast("int"), lso_lag=c("lso_lag"))
+        )
+    if classified is not None:
+        sources.append(
+            source(classified.where(c("txn_class") == TxnClass.HANGING.value), c("broker_id"),
+                   hanging=F.lit(1))
         )
     union = sources[0]
-    for source in sources[1:]:
-        union = union.union(source)
-    frame = union.groupBy("broker_id").agg(
-        F.coalesce(F.sum("late"), F.lit(0)).alias("late"),
-        F.coalesce(F.sum("hanging"), F.lit(0)).alias("hanging"),
-        F.coalesce(F.max("lso_lag"), F.lit(0)).alias("lso_lag"),
-        F.coalesce(F.min("verification"), F.lit(1)).alias("verification"),
+    for more in sources[1:]:
+        union = union.union(more)
+    min_verification = F.min("verification")
+    max_two_phase = F.max("two_phase")
+    return union.groupBy("broker_id").agg(
+        F.coalesce(F.sum("late"), F.lit(0)).alias("partitions_with_late_transactions"),
+        F.coalesce(F.sum("hanging"), F.lit(0)).alias("hanging_transactions"),
+        F.coalesce(F.max("lso_lag"), F.lit(0)).alias("max_last_stable_offset_lag"),
+        F.when(min_verification.isNotNull(), min_verification == 1).alias("verification_enabled"),
         F.coalesce(
             F.max("transaction_max_timeout_ms"), F.lit(DEFAULT_TRANSACTION_MAX_TIMEOUT_MS)
-        ).alias("timeout"),
-    )
-    rows = st.collect("brokers", frame)
-    rows.sort(key=lambda r: r[0])
-    return tuple(
-        BrokerMetrics(
-            broker_id=r[0],
-            partitions_with_late_transactions=r[1],
-            hanging_transactions=r[2],
-            max_last_stable_offset_lag=r[3],
-            verification_enabled=bool(r[4]),
-            transaction_max_timeout_ms=r[5],
-        )
-        for r in rows
+        ).alias("transaction_max_timeout_ms"),
+        F.when(max_two_phase.isNotNull(), max_two_phase == 1).alias("two_phase_commit_enabled"),
     )
 
 
 # --- coordinators --------------------------------------------------------------------------
 
 
-def _described_ok(f: SnapshotFrames) -> DataFrame:
-    return f.transactions.where(F.col("error").isNull())
+def _described_ok(t: Tables) -> DataFrame:
+    return t["transactions"].where(F.col("error").isNull())
 
 
-def _coordinator_metrics(
-    st: ComputeStats, f: SnapshotFrames, snapshot: ClusterSnapshot, now_ms: int
-) -> tuple[CoordinatorMetrics, ...]:
-    """Every coordinator that answered ListTransactions (or appears in a result), zero-filled."""
-    if not (snapshot.coordinators_listed or snapshot.transactions or snapshot.listed_transactions):
-        return ()
+def _coordinator_frame(t: Tables, now_ms: int) -> DataFrame:
+    """Every coordinator that answered ListTransactions (or appears in a result), zero-filled.
+    The open-time gauge leaves two-phase-commit transactions out: they get their own."""
     c = F.col
     open_age = F.greatest(F.lit(0), F.lit(now_ms) - c("start_time_ms"))
     is_open = c("state").isin(*OPEN_COORDINATOR_STATES) & (c("start_time_ms") >= 0)
     is_2pc = c("timeout_ms") == TWO_PHASE_COMMIT_TIMEOUT_MS
     union = (
-        f.coordinators_listed.select("coordinator_id")
-        .unionByName(f.listed_transactions.select("coordinator_id", "state"),
-                     allowMissingColumns=True)
+        t["coordinators_listed"].select(c("broker_id").alias("coordinator_id"))
+        .unionByName(t["listed_transactions"].select("coordinator_id"))
         .unionByName(
-            _described_ok(f)
+            _described_ok(t)
             .where(is_open)
             .select(
                 "coordinator_id",
-                open_age.alias("open_age"),
+                F.when(~is_2pc, open_age).alias("open_age"),
                 F.when(is_2pc, open_age).alias("two_phase_age"),
             ),
             allowMissingColumns=True,
         )
     )
-    frame = union.groupBy("coordinator_id").agg(
-        F.coalesce(F.max("open_age"), F.lit(0)),
-        F.coalesce(F.max("two_phase_age"), F.lit(0)),
-        *(F.count(F.when(c("state") == s, 1)) for s in COORDINATOR_STATES),
-    )
-    rows = st.collect("coordinators", frame)
-    rows.sort(key=lambda r: r[0])
-    return tuple(
-        CoordinatorMetrics(
-            coordinator_id=r[0],
-            active_transaction_open_time_max_ms=r[1],
-            two_phase_commit_open_time_max_ms=r[2],
-            transactions_by_state=tuple(zip(COORDINATOR_STATES, r[3:], strict=True)),
-        )
-        for r in rows
+    return union.groupBy("coordinator_id").agg(
+        F.coalesce(F.max("open_age"), F.lit(0)).alias("active_transaction_open_time_max_ms"),
+        F.coalesce(F.max("two_phase_age"), F.lit(0)).alias("two_phase_commit_open_time_max_ms"),
     )
 
 
-def _watched_ongoing(
-    st: ComputeStats,
-    f: SnapshotFrames,
-    snapshot: ClusterSnapshot,
-    previous: CycleResult | None,
-) -> tuple[tuple[str, int, int, int], ...]:
+def _coordinator_state_frame(t: Tables) -> DataFrame:
+    return t["listed_transactions"].groupBy("coordinator_id", "state").count()
+
+
+def _watched_frame(t: Tables, seen_at_ms: int) -> DataFrame:
     """KIP-588: every Ongoing transaction with its deadline (start + its own timeout); 2PC
-    transactions never time out and are left out.
+    transactions never time out and are left out."""
+    c = F.col
+    return _described_ok(t).where(
+        (c("state") == "Ongoing")
+        & (c("start_time_ms") >= 0)
+        & (c("timeout_ms") >= 0)
+        & (c("timeout_ms") != TWO_PHASE_COMMIT_TIMEOUT_MS)
+    ).select(
+        "transactional_id",
+        "coordinator_id",
+        "producer_id",
+        "producer_epoch",
+        (c("start_time_ms") + c("timeout_ms")).alias("deadline_ms"),
+        F.lit(seen_at_ms).alias("seen_at_ms"),
+    )
 
-    A transaction remembered last cycle whose id could not be described this cycle is kept,
-    so a coordinator that is unreadable for a cycle does not hide a timeout abort."""
-    found: list[tuple[str, int, int, int]] = []
-    if any(t.state == "Ongoing" for t in snapshot.transactions):
-        c = F.col
-        ongoing = _described_ok(f).where(
-            (c("state") == "Ongoing")
-            & (c("start_time_ms") >= 0)
-            & (c("timeout_ms") >= 0)
-            & (c("timeout_ms") != TWO_PHASE_COMMIT_TIMEOUT_MS)
+
+def _timeout_abort_frame(
+    spark: SparkSession, t: Tables, mem: PipelineMemory, transaction_version: int | None,
+    now_ms: int,
+) -> DataFrame:
+    """KIP-588: last cycle's Ongoing transactions the coordinator has since aborted on timeout.
+
+    The transactional id is next seen with a bumped epoch (or a new producer id), and either
+    * in PrepareAbort/CompleteAbort after its deadline passed (the abort itself), or
+    * Empty after its deadline passed (the producer re-initialised after the abort), or
+    * Ongoing again, when it was already past its deadline when last seen Ongoing (so the
+      coordinator aborted it within its cleanup interval) and the epoch moved as only a
+      re-initialisation moves it: by 2 or more (abort + InitProducerId) with transactions
+      v2, where every commit bumps the epoch by 1; by any step with transactions v1.
+    A commit is never counted: a late commit bumps the epoch too (v2). docs/metrics.md says
+    what cannot be seen (a timeout abort followed, within one interval, by a re-init and a
+    new transaction that was never seen overdue).
+    """
+    c = F.col
+    before = frame_of(spark, WatchedTransaction, mem.watched).select(
+        "transactional_id",
+        c("producer_id").alias("old_producer_id"),
+        c("producer_epoch").alias("old_epoch"),
+        "deadline_ms",
+        "seen_at_ms",
+    )
+    now = _described_ok(t).select(
+        "transactional_id", "coordinator_id", "state", "producer_id", "producer_epoch"
+    )
+    new_producer = (c("producer_id") != c("old_producer_id")) & (c("producer_id") >= 0)
+    same_producer = c("producer_id") == c("old_producer_id")
+    bumped = (same_producer & (c("producer_epoch") > c("old_epoch"))) | new_producer
+    reinit_step = 1 if transaction_version == 1 else 2
+    reinitialised = new_producer | (
+        same_producer & (c("producer_epoch") >= c("old_epoch") + reinit_step)
+    )
+    due = c("deadline_ms") <= F.lit(now_ms)
+    overdue_when_seen = c("deadline_ms") <= c("seen_at_ms")
+    counted = (bumped & due & c("state").isin(*ABORT_STATES, "Empty")) | (
+        overdue_when_seen & (c("state") == "Ongoing") & reinitialised
+    )
+    return (
+        before.join(now, "transactional_id")
+        .where(counted)
+        .select(
+            "transactional_id",
+            "coordinator_id",
+            c("old_producer_id").alias("producer_id"),
+            "old_epoch",
+            c("producer_epoch").alias("new_epoch"),
         )
-        rows = st.collect(
-            "watched_ongoing",
-            ongoing.select("transactional_id", "producer_id", "producer_epoch",
-                           (c("start_time_ms") + c("timeout_ms")).alias("deadline_ms")),
-        )
-        found = sorted((r[0], r[1], r[2], r[3]) for r in rows)
-    if previous is not None and previous.watched_ongoing:
-        unreadable = _unreadable_transactional_ids(snapshot)
-        seen = {entry[0] for entry in found}
-        found.extend(
-            entry
-            for entry in previous.watched_ongoing
-            if entry[0] in unreadable and entry[0] not in seen
-        )
-    return tuple(found)
+    )
+
+
+def _next_watched(
+    snapshot: ClusterSnapshot,
+    mem: PipelineMemory,
+    rows: list[Any],
+    aborts: tuple[CoordinatorTimeoutAbort, ...],
+) -> tuple[WatchedTransaction, ...]:
+    """This cycle's Ongoing transactions, plus last cycle's whose id could not be read now:
+    a coordinator that is unreadable for a cycle does not hide a timeout abort."""
+    found = {w.transactional_id: w for w in records_of(WatchedTransaction, rows)}
+    counted = {a.transactional_id for a in aborts}
+    unreadable = _unreadable_transactional_ids(snapshot)
+    for w in mem.watched:
+        if w.transactional_id in unreadable and w.transactional_id not in found.keys() | counted:
+            found[w.transactional_id] = w
+    return tuple(sorted(found.values(), key=lambda w: w.transactional_id))
 
 
 def _unreadable_transactional_ids(snapshot: ClusterSnapshot) -> set[str]:
@@ -692,46 +858,16 @@ def _unreadable_transactional_ids(snapshot: ClusterSnapshot) -> set[str]:
     return failed | (listed - described)
 
 
-def _timeout_aborts(
-    st: ComputeStats,
-    spark: SparkSession,
-    f: SnapshotFrames,
-    snapshot: ClusterSnapshot,
-    previous: CycleResult | None,
-    now_ms: int,
-) -> tuple[CoordinatorTimeoutAbort, ...]:
-    """KIP-588: last cycle's Ongoing transactions whose deadline has passed, now aborting or
-    aborted with a bumped epoch (or moved to a new producer id). A producer cannot abort
-    after its deadline (the coordinator does, within its cleanup interval); a producer's
-    own abort shortly before the deadline, seen only after it, is the one case counted
-    wrongly (see docs/metrics.md)."""
-    if previous is None or not previous.watched_ongoing:
-        return ()
-    if not any(t.state in ABORT_STATES for t in snapshot.transactions):
-        return ()
-    c = F.col
-    before = spark.createDataFrame(arrow_table(previous.watched_ongoing, _WATCHED_SCHEMA),
-                                   _WATCHED_SCHEMA)
-    now = _described_ok(f).where(c("state").isin(*ABORT_STATES))
-    same_producer = c("producer_id") == c("old_producer_id")
-    bumped = (same_producer & (c("producer_epoch") > c("old_epoch"))) | (
-        ~same_producer & (c("producer_id") >= 0)
-    )
-    rows = st.collect(
-        "timeout_aborts",
-        before.join(now, "transactional_id")
-        .where(bumped & (c("deadline_ms") <= F.lit(now_ms)))
-        .select("transactional_id", "coordinator_id", "old_producer_id", "old_epoch",
-                "producer_epoch"),
-    )
-    rows.sort(key=lambda r: r[0])
-    return tuple(
-        CoordinatorTimeoutAbort(
-            transactional_id=r[0],
-            coordinator_id=r[1],
-            producer_id=r[2],
-            old_epoch=r[3],
-            new_epoch=r[4],
-        )
-        for r in rows
-    )
+def _abort_totals(
+    mem: PipelineMemory,
+    coordinators: tuple[CoordinatorMetrics, ...],
+    aborts: tuple[CoordinatorTimeoutAbort, ...],
+) -> tuple[CoordinatorCount, ...]:
+    """Running KIP-588 totals per coordinator; every coordinator seen has a total (0 before
+    its first abort), so the counter series exist before anything happens."""
+    totals = {c.coordinator_id: c.count for c in mem.timeout_aborts_total}
+    for c in coordinators:
+        totals.setdefault(c.coordinator_id, 0)
+    for a in aborts:
+        totals[a.coordinator_id] = totals.get(a.coordinator_id, 0) + 1
+    return tuple(CoordinatorCount(k, v) for k, v in sorted(totals.items()))

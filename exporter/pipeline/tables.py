@@ -1,252 +1,224 @@
-"""The snapshot as Spark tables: one explicit schema per snapshot table.
+"""Records as Spark tables, and Spark rows back as records: every table is declared once.
 
-Rows are built as plain tuples in schema order (no inference, no per-row dicts), turned into
-columnar Arrow tables and handed to ``spark.createDataFrame(arrow_table, schema)``: the JVM
-reads the Arrow batches directly, so no Python worker process is ever started (a DataFrame
-made from a Python list is scanned through a Python worker, several times slower). An empty
-snapshot table becomes ``spark.emptyDataFrame(schema)``, which costs no job at all. The same
-code runs on a classic session and on Spark Connect. Column names are the model's field
-names. :meth:`SnapshotFrames.persist` caches the tables for the cycle, because several output
-tables read each of them.
+A table's columns are the fields of its record (a frozen dataclass in ``exporter.model``):
+the Spark schema, the Arrow table that carries the rows into the JVM and the reader that
+turns result rows back into records are all derived from the dataclass, so a field is added
+in one place and always read by name. Python ``int`` is a Spark ``long``, ``str`` a
+``string``, ``bool`` a ``boolean``, a ``StrEnum`` its string value; ``X | None`` is nullable;
+tuple and set fields are not columns (a record that needs one flattens it into a table of
+its own, as :data:`SNAPSHOT_TABLES` does for a transaction's partitions).
 
-``TransactionDescription.partitions`` is flattened into its own table,
-``transaction_partitions`` (one row per transactional id and partition), because the pipeline
-joins on it.
+Rows go in as columnar Arrow tables handed to ``spark.createDataFrame(arrow, schema)``: the
+JVM reads the batches directly and no Python worker is ever started (an empty table too:
+``createDataFrame([])`` would make a Python RDD, scanned by Python workers). The same
+code runs on a classic session and on Spark Connect.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, fields
+import dataclasses
+import enum
+import functools
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import (
-    BooleanType,
-    DataType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
+from pyspark.sql.types import BooleanType, DataType, LongType, StringType, StructField, StructType
+
+from exporter.model import (
+    BatchTimestamp,
+    Broker,
+    BrokerConfig,
+    ClusterSnapshot,
+    ListedTransaction,
+    PartitionOffsets,
+    ProducerState,
+    TransactionDescription,
 )
 
-from exporter.model import ClusterSnapshot
-
-
-def _schema(*fields: tuple[str, DataType, bool]) -> StructType:
-    return StructType([StructField(name, kind, nullable) for name, kind, nullable in fields])
-
-
-_INT = IntegerType()
-_LONG = LongType()
-_STR = StringType()
-_BOOL = BooleanType()
-
-BROKERS = _schema(
-    ("broker_id", _INT, False),
-    ("host", _STR, False),
-    ("port", _INT, False),
-    ("rack", _STR, True),
-)
-BROKER_CONFIGS = _schema(
-    ("broker_id", _INT, False),
-    ("transaction_max_timeout_ms", _LONG, False),
-    ("verification_enabled", _BOOL, False),
-    ("two_phase_commit_enabled", _BOOL, False),
-    ("transaction_version", _INT, False),
-)
-PARTITIONS = _schema(
-    ("topic", _STR, False),
-    ("partition", _INT, False),
-    ("leader", _INT, False),
-    ("high_watermark", _LONG, False),
-    ("last_stable_offset", _LONG, False),
-)
-PRODUCERS = _schema(
-    ("topic", _STR, False),
-    ("partition", _INT, False),
-    ("broker_id", _INT, False),
-    ("producer_id", _LONG, False),
-    ("producer_epoch", _INT, False),
-    ("last_sequence", _INT, False),
-    ("last_timestamp_ms", _LONG, False),
-    ("coordinator_epoch", _INT, False),
-    ("current_txn_start_offset", _LONG, False),
-)
-LISTED_TRANSACTIONS = _schema(
-    ("coordinator_id", _INT, False),
-    ("transactional_id", _STR, False),
-    ("producer_id", _LONG, False),
-    ("state", _STR, False),
-)
-TRANSACTIONS = _schema(
-    ("coordinator_id", _INT, False),
-    ("transactional_id", _STR, False),
-    ("error", _STR, True),
-    ("state", _STR, False),
-    ("timeout_ms", _LONG, False),
-    ("start_time_ms", _LONG, False),
-    ("producer_id", _LONG, False),
-    ("producer_epoch", _INT, False),
-)
-TRANSACTION_PARTITIONS = _schema(
-    ("coordinator_id", _INT, False),
-    ("transactional_id", _STR, False),
-    ("topic", _STR, False),
-    ("partition", _INT, False),
-)
-BATCH_TIMESTAMPS = _schema(
-    ("topic", _STR, False),
-    ("partition", _INT, False),
-    ("offset", _LONG, False),
-    ("timestamp_ms", _LONG, False),
-)
-COORDINATORS_LISTED = _schema(("coordinator_id", _INT, False))
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
-class SnapshotFrames:
-    """One DataFrame per snapshot table (see the schemas above)."""
+class Column:
+    name: str
+    python: type  # int, str, bool or a StrEnum subclass
+    nullable: bool
 
-    brokers: DataFrame
-    broker_configs: DataFrame
-    partitions: DataFrame
-    producers: DataFrame
-    listed_transactions: DataFrame
-    transactions: DataFrame
-    transaction_partitions: DataFrame
-    batch_timestamps: DataFrame
-    coordinators_listed: DataFrame
+    @property
+    def spark(self) -> DataType:
+        return _SPARK[self.base]
 
-    def frames(self) -> list[DataFrame]:
-        return [getattr(self, f.name) for f in fields(self)]
+    @property
+    def arrow(self) -> pa.DataType:
+        return _ARROW[self.base]
 
-    def persist(self) -> SnapshotFrames:
-        """Cache every table (lazily: the first action that reads a table fills its cache)."""
-        return SnapshotFrames(*(frame.persist() for frame in self.frames()))
-
-    def unpersist(self) -> None:
-        for frame in self.frames():
-            frame.unpersist()
+    @property
+    def base(self) -> type:
+        return str if issubclass(self.python, enum.Enum) else self.python
 
 
-_ARROW_TYPES: dict[type[DataType], pa.DataType] = {
-    IntegerType: pa.int32(),
-    LongType: pa.int64(),
-    StringType: pa.string(),
-    BooleanType: pa.bool_(),
+_SPARK: dict[type, DataType] = {int: LongType(), str: StringType(), bool: BooleanType()}
+_ARROW: dict[type, pa.DataType] = {int: pa.int64(), str: pa.string(), bool: pa.bool_()}
+
+
+@functools.cache
+def columns_of(record: type) -> tuple[Column, ...]:
+    """The columns of a record type: its scalar fields, in declaration order."""
+    hints = typing.get_type_hints(record)
+    out: list[Column] = []
+    for f in dataclasses.fields(record):
+        kind, nullable = _unwrap_optional(hints[f.name])
+        if isinstance(kind, type) and (kind in _SPARK or issubclass(kind, enum.Enum)):
+            out.append(Column(f.name, kind, nullable))
+    return tuple(out)
+
+
+def _unwrap_optional(hint: Any) -> tuple[Any, bool]:
+    if typing.get_origin(hint) in (types.UnionType, typing.Union):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return hint, False
+
+
+@functools.cache
+def schema_of(record: type) -> StructType:
+    return StructType([StructField(c.name, c.spark, c.nullable) for c in columns_of(record)])
+
+
+def arrow_of(record: type, rows: Sequence[Any]) -> pa.Table:
+    """Records (instances of ``record``) as a columnar Arrow table of the record's columns."""
+    cols = columns_of(record)
+    arrays = []
+    for c in cols:
+        values = [getattr(r, c.name) for r in rows]
+        if issubclass(c.python, enum.Enum):
+            values = [None if v is None else v.value for v in values]
+        arrays.append(pa.array(values, type=c.arrow))
+    return pa.Table.from_arrays(
+        arrays, schema=pa.schema([pa.field(c.name, c.arrow, c.nullable) for c in cols])
+    )
+
+
+def frame_of(spark: SparkSession, record: type, rows: Sequence[Any]) -> DataFrame:
+    """A DataFrame of records; no Spark job runs here."""
+    # Empty tables go through Arrow too: ``createDataFrame([])`` (and ``emptyDataFrame``)
+    # would make a Python RDD, whose scan starts Python worker processes.
+    return spark.createDataFrame(arrow_of(record, rows), schema_of(record))
+
+
+def record_of(record: type[R], row: Mapping[str, Any], **extra: Any) -> R:
+    """One result row (by column name) as a record; enum columns become their enum."""
+    values: dict[str, Any] = {}
+    for c in columns_of(typing.cast(type, record)):
+        value = row[c.name]
+        if value is not None and issubclass(c.python, enum.Enum):
+            value = c.python(value)
+        values[c.name] = value
+    values.update(extra)
+    return record(**values)
+
+
+def records_of(record: type[R], rows: Iterable[Mapping[str, Any]]) -> tuple[R, ...]:
+    return tuple(record_of(record, row) for row in rows)
+
+
+# --- the snapshot's tables ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionPartitionRow:
+    """One partition of one described transaction (flattened from its ``partitions``)."""
+
+    coordinator_id: int
+    transactional_id: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRow:
+    broker_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRow:
+    topic: str
+    partition: int
+
+
+def _transaction_partitions(s: ClusterSnapshot) -> list[TransactionPartitionRow]:
+    return [
+        TransactionPartitionRow(t.coordinator_id, t.transactional_id, tp.topic, tp.partition)
+        for t in s.transactions
+        for tp in t.partitions
+    ]
+
+
+def _unread_partitions(s: ClusterSnapshot) -> list[PartitionRow]:
+    """Partitions whose producer state this cycle could not read (DescribeProducers failed
+    for the partition, for its leader, or as a whole): no evidence either way."""
+    failed = [e for e in s.errors if e.api == "DescribeProducers"]
+    if not failed:
+        return []
+    if any(e.broker_id < 0 and e.partition < 0 for e in failed):
+        return [PartitionRow(p.topic, p.partition) for p in s.partitions]
+    brokers = {e.broker_id for e in failed if e.partition < 0}
+    keys = {(e.topic, e.partition) for e in failed if e.partition >= 0}
+    keys |= {(p.topic, p.partition) for p in s.partitions if p.leader in brokers}
+    return [PartitionRow(t, p) for t, p in sorted(keys)]
+
+
+#: Every snapshot table: its name, its record type and how to read its rows off a snapshot.
+SNAPSHOT_TABLES: dict[str, tuple[type, Callable[[ClusterSnapshot], Sequence[Any]]]] = {
+    "brokers": (Broker, lambda s: s.brokers),
+    "broker_configs": (BrokerConfig, lambda s: s.broker_configs),
+    "partitions": (PartitionOffsets, lambda s: s.partitions),
+    "producers": (ProducerState, lambda s: s.producers),
+    "listed_transactions": (ListedTransaction, lambda s: s.listed_transactions),
+    "transactions": (TransactionDescription, lambda s: s.transactions),
+    "transaction_partitions": (TransactionPartitionRow, _transaction_partitions),
+    "batch_timestamps": (BatchTimestamp, lambda s: s.batch_timestamps),
+    "coordinators_listed": (
+        BrokerRow,
+        lambda s: [BrokerRow(c) for c in sorted(s.coordinators_listed)],
+    ),
+    "reread_producers": (ProducerState, lambda s: s.reread_producers),
+    "reread_partitions": (
+        PartitionRow,
+        lambda s: [PartitionRow(t, p) for t, p in sorted(s.reread_partitions)],
+    ),
+    "unread_partitions": (PartitionRow, _unread_partitions),
 }
 
 
-def arrow_table(rows: Sequence[tuple[object, ...]], schema: StructType) -> pa.Table:
-    """Row tuples in schema order as a columnar Arrow table of the schema's types."""
-    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema.fields]
-    return pa.Table.from_arrays(
-        [pa.array(column, type=_ARROW_TYPES[type(f.dataType)])
-         for column, f in zip(columns, schema.fields, strict=True)],
-        schema=pa.schema([pa.field(f.name, _ARROW_TYPES[type(f.dataType)], f.nullable)
-                          for f in schema.fields]),
-    )
+class Tables:
+    """The snapshot's tables as DataFrames, read by name (``tables["producers"]``).
 
+    Each DataFrame is made on first use, so a table the cycle never reads costs nothing;
+    ``empty(name)`` says whether its source has no rows, without a Spark job."""
 
-def _frame(
-    spark: SparkSession, rows: Sequence[tuple[object, ...]], schema: StructType
-) -> DataFrame:
-    if not rows:
-        return spark.emptyDataFrame(schema)
-    return spark.createDataFrame(arrow_table(rows, schema), schema)
+    def __init__(self, spark: SparkSession, snapshot: ClusterSnapshot) -> None:
+        self._spark = spark
+        self._snapshot = snapshot
+        self._frames: dict[str, DataFrame] = {}
+        self._rows: dict[str, Sequence[Any]] = {}
 
+    def rows(self, name: str) -> Sequence[Any]:
+        if name not in self._rows:
+            self._rows[name] = SNAPSHOT_TABLES[name][1](self._snapshot)
+        return self._rows[name]
 
-def snapshot_frames(spark: SparkSession, snapshot: ClusterSnapshot) -> SnapshotFrames:
-    """Turn a snapshot into DataFrames. No Spark action runs here."""
-    s = snapshot
-    return SnapshotFrames(
-        brokers=_frame(
-            spark,
-            [(b.broker_id, b.host, b.port, b.rack) for b in s.brokers], BROKERS
-        ),
-        broker_configs=_frame(
-            spark,
-            [
-                (
-                    c.broker_id,
-                    c.transaction_max_timeout_ms,
-                    c.verification_enabled,
-                    c.two_phase_commit_enabled,
-                    c.transaction_version,
-                )
-                for c in s.broker_configs
-            ],
-            BROKER_CONFIGS,
-        ),
-        partitions=_frame(
-            spark,
-            [
-                (p.topic, p.partition, p.leader, p.high_watermark, p.last_stable_offset)
-                for p in s.partitions
-            ],
-            PARTITIONS,
-        ),
-        producers=_frame(
-            spark,
-            [
-                (
-                    p.topic,
-                    p.partition,
-                    p.broker_id,
-                    p.producer_id,
-                    p.producer_epoch,
-                    p.last_sequence,
-                    p.last_timestamp_ms,
-                    p.coordinator_epoch,
-                    p.current_txn_start_offset,
-                )
-                for p in s.producers
-            ],
-            PRODUCERS,
-        ),
-        listed_transactions=_frame(
-            spark,
-            [
-                (t.coordinator_id, t.transactional_id, t.producer_id, t.state)
-                for t in s.listed_transactions
-            ],
-            LISTED_TRANSACTIONS,
-        ),
-        transactions=_frame(
-            spark,
-            [
-                (
-                    t.coordinator_id,
-                    t.transactional_id,
-                    t.error,
-                    t.state,
-                    t.timeout_ms,
-                    t.start_time_ms,
-                    t.producer_id,
-                    t.producer_epoch,
-                )
-                for t in s.transactions
-            ],
-            TRANSACTIONS,
-        ),
-        transaction_partitions=_frame(
-            spark,
-            [
-                (t.coordinator_id, t.transactional_id, tp.topic, tp.partition)
-                for t in s.transactions
-                for tp in t.partitions
-            ],
-            TRANSACTION_PARTITIONS,
-        ),
-        batch_timestamps=_frame(
-            spark,
-            [(b.topic, b.partition, b.offset, b.timestamp_ms) for b in s.batch_timestamps],
-            BATCH_TIMESTAMPS,
-        ),
-        coordinators_listed=_frame(
-            spark,
-            [(c,) for c in sorted(s.coordinators_listed)], COORDINATORS_LISTED
-        ),
-    )
+    def empty(self, name: str) -> bool:
+        return not self.rows(name)
+
+    def __getitem__(self, name: str) -> DataFrame:
+        if name not in self._frames:
+            record = SNAPSHOT_TABLES[name][0]
+            self._frames[name] = frame_of(self._spark, record, self.rows(name))
+        return self._frames[name]

@@ -30,16 +30,20 @@ def warmup_snapshot() -> ClusterSnapshot:
     gone = TransactionDescription(
         coordinator_id=1, transactional_id="warmup-gone", error=None, state="Empty",
         producer_id=2, producer_epoch=0)
+    producers = (
+        ProducerState("warmup", 0, 1, 1, 0, 4, _NOW_MS - 500, 0, 5),
+        ProducerState("warmup", 1, 1, 2, 0, 0, _NOW_MS - 2_000_000, -1, 0),
+    )
     return ClusterSnapshot(
         cluster="warmup",
         taken_at_ms=_NOW_MS,
         brokers=(Broker(1, "127.0.0.1", 9092),),
         broker_configs=(BrokerConfig(1),),
         partitions=(PartitionOffsets("warmup", 0, 1, 10, 5), PartitionOffsets("warmup", 1, 1, 3, 0)),
-        producers=(
-            ProducerState("warmup", 0, 1, 1, 0, 4, _NOW_MS - 500, 0, 5),
-            ProducerState("warmup", 1, 1, 2, 0, 0, _NOW_MS - 2_000_000, -1, 0),
-        ),
+        producers=producers,
+        transactional_ids_visible=True,
+        reread_producers=producers,
+        reread_partitions=frozenset({("warmup", 0), ("warmup", 1)}),
         listed_transactions=(ListedTransaction(1, "warmup-legit", 1, "Ongoing"),
                              ListedTransaction(1, "warmup-gone", 2, "Empty")),
         transactions=(legit, gone),

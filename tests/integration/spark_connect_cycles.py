@@ -71,8 +71,14 @@ def rich_snapshot(cycle: int) -> ClusterSnapshot:
     ]
     txns = [
         described("late-tx", pid=200, parts=[("t", 1)], start=NOW - 30 * MIN, timeout=MIN),
-        described("twopc-tx", pid=300, parts=[("u", 0)], start=NOW - DAY,
-                  timeout=TWO_PHASE_COMMIT_TIMEOUT_MS, coord=2),
+        described(
+            "twopc-tx",
+            pid=300,
+            parts=[("u", 0)],
+            start=NOW - DAY,
+            timeout=TWO_PHASE_COMMIT_TIMEOUT_MS,
+            coord=2,
+        ),
         described("ok-tx", pid=400, parts=[("u", 1)], start=NOW - 10 * SEC, coord=2),
     ]
     errors: list[CollectionError] = []
@@ -86,8 +92,11 @@ def rich_snapshot(cycle: int) -> ClusterSnapshot:
     else:
         listed_txns.append(listed("slow", 600, state="CompleteAbort"))
         txns.append(described("slow", pid=600, epoch=6, state="CompleteAbort", parts=()))
-        errors.append(CollectionError("DescribeProducers", "TIMEOUT", broker_id=2,
-                                      topic="w", partition=0, message="timed out"))
+        errors.append(
+            CollectionError(
+                "DescribeProducers", "TIMEOUT", broker_id=2, topic="w", partition=0, message="timed out"
+            )
+        )
     return snapshot(
         producers=producers,
         partitions=[
@@ -102,8 +111,10 @@ def rich_snapshot(cycle: int) -> ClusterSnapshot:
         txns=txns,
         batches=[BatchTimestamp("t", 0, 100, NOW - 20 * MIN)],
         brokers=(1, 2),
-        configs=[BrokerConfig(1, transaction_max_timeout_ms=10 * MIN, two_phase_commit_enabled=True),
-                 BrokerConfig(2, verification_enabled=False)],
+        configs=[
+            BrokerConfig(1, transaction_max_timeout_ms=10 * MIN, two_phase_commit_enabled=True),
+            BrokerConfig(2, verification_enabled=False),
+        ],
         errors=errors,
     )
 
@@ -122,8 +133,9 @@ CYCLES: tuple[tuple[str, Callable[[], ClusterSnapshot], PipelineSettings, int, b
 )
 
 
-def run_cycles(compute_cycle: Callable[[ClusterSnapshot, PipelineSettings, CycleResult | None, int],
-                                       CycleResult]) -> list[CycleResult]:
+def run_cycles(
+    compute_cycle: Callable[[ClusterSnapshot, PipelineSettings, CycleResult | None, int], CycleResult],
+) -> list[CycleResult]:
     """Every cycle of :data:`CYCLES` in order, chaining ``previous`` where asked."""
     results: list[CycleResult] = []
     for _name, make, settings, now_ms, chained in CYCLES:
@@ -146,8 +158,9 @@ def _strict_warnings() -> None:
     warnings.filterwarnings("ignore", category=ResourceWarning)
     # PySpark's Connect client warns at import time when pandas >= 3 is installed (what
     # ``pip install 'pyspark[connect]'`` resolves to today); the pipeline uses no pandas.
-    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas",
-                            category=FutureWarning)
+    warnings.filterwarnings(
+        "ignore", message="PySpark does not yet fully support pandas", category=FutureWarning
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -162,8 +175,10 @@ def main(argv: list[str]) -> int:
     spark = spark_session(SparkConfig(connect_url=url))
     try:
         results = run_cycles(
-            lambda snap, settings, previous, now_ms: compute(spark, snap, settings, previous,
-                                                             now_ms))
+            lambda snap, settings, previous, now_ms: compute(
+                spark, snap, settings, previous.memory if previous else None, now_ms
+            )
+        )
         document = {
             "session": f"{type(spark).__module__}.{type(spark).__name__}",
             "jvm_in_client": SparkContext._active_spark_context is not None,

@@ -70,7 +70,7 @@ def cycle(daemon: Daemon) -> CollectorRegistry:
 
 
 def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
-    return registry.get_sample_value(name, {"cluster": "test", **labels})
+    return registry.get_sample_value(name, {"kafka_cluster": "test", **labels})
 
 
 def hanging_series(registry: CollectorRegistry) -> list[dict[str, str]]:
@@ -249,7 +249,7 @@ def test_endpoints_readiness_and_promtool(
     assert http_get(f"{base}/healthz")[0] == 200
     time.sleep(1.5)
     assert http_get(f"{base}/readyz")[0] == 503
-    assert 'kafka_txn_exporter_up{cluster="test"} 0.0' in http_get(f"{base}/metrics")[1]
+    assert 'kafka_txn_exporter_up{kafka_cluster="test"} 0.0' in http_get(f"{base}/metrics")[1]
 
     live = daemon_for(kafka.bootstrap_servers)
     live.start()
@@ -260,7 +260,7 @@ def test_endpoints_readiness_and_promtool(
         time.sleep(0.5)
     status, text = http_get(f"{base}/metrics")
     assert status == 200
-    assert 'kafka_txn_exporter_up{cluster="test"} 1.0' in text
+    assert 'kafka_txn_exporter_up{kafka_cluster="test"} 1.0' in text
     promtool = shutil.which("promtool")
     assert promtool, "promtool is missing: install the Debian package prometheus"
     check = subprocess.run([promtool, "check", "metrics"], input=text.encode(), capture_output=True,

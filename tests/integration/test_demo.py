@@ -55,7 +55,7 @@ def test_demo_shows_the_hanging_transaction_and_stops_on_ctrl_c(tmp_path: Path) 
                 time.sleep(2)
                 text = _metrics(port)
             assert 'topic="orders"' in text
-            assert 'kafka_txn_exporter_up{cluster="demo"} 1.0' in text
+            assert 'kafka_txn_exporter_up{kafka_cluster="demo"} 1.0' in text
             assert "Metrics:  http://127.0.0.1" in log_path.read_text()
             children = _java_children(demo.pid)
             demo.send_signal(signal.SIGINT)

@@ -32,6 +32,7 @@ from pyspark.sql import SparkSession
 from exporter.model import CycleResult, TxnClass
 from exporter.pipeline.compute import compute
 from tests.integration.spark_connect_cycles import CYCLES, comparable, run_cycles
+from tests.unit.test_pipeline import candidates
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -192,13 +193,13 @@ def assert_meaningful(results: list[CycleResult]) -> None:
     assert classes1[TxnClass.TWO_PHASE_COMMIT] == 1
     assert classes1[TxnClass.UNKNOWN] == 1
     assert classes1[TxnClass.ONGOING] == 1
-    assert rich1.hanging_candidates == ((("t", 0, 100, 100), 1),)
+    assert candidates(rich1) == ((("t", 0, 100, 100), 1),)
     assert rich1.timeout_aborts == ()
     assert any(p.lso_lag is None for p in rich1.partitions)
     assert max(p.lso_lag or 0 for p in rich1.partitions) == 400
     classes2 = dict(rich2.open_transactions_by_class)
     assert classes2[TxnClass.HANGING] == 1
-    assert rich2.hanging_candidates == ((("t", 0, 100, 100), 2),)
+    assert candidates(rich2) == ((("t", 0, 100, 100), 2),)
     assert [(a.transactional_id, a.old_epoch, a.new_epoch) for a in rich2.timeout_aborts] == [
         ("slow", 5, 6)]
     assert any(c.two_phase_commit_open_time_max_ms > 0 for c in rich1.coordinators)
@@ -209,7 +210,7 @@ def test_pipeline_on_spark_connect_equals_local(spark: SparkSession, connect_url
     client = start_connect_client(connect_url)
     try:
         local = run_cycles(lambda snap, settings, previous, now_ms: compute(
-            spark, snap, settings, previous, now_ms))
+            spark, snap, settings, previous.memory if previous else None, now_ms))
         assert_meaningful(local)
         remote = connect_client_output(client)
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from dataclasses import replace
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -13,14 +14,17 @@ from exporter.metrics.collector import ExporterMetrics, TransactionHealthCollect
 from exporter.metrics.state import ClusterState, StateStore
 from exporter.model import (
     BrokerMetrics,
+    CoordinatorCount,
     CoordinatorMetrics,
     CycleResult,
     Finding,
     HangingReason,
     PartitionMetrics,
+    PipelineMemory,
     PipelineSettings,
     StartTimeSource,
     TxnClass,
+    UnknownReason,
 )
 
 NOW = 1_800_000_000.0
@@ -28,11 +32,21 @@ NOW = 1_800_000_000.0
 
 def hanging_finding() -> Finding:
     return Finding(
-        topic="orders", partition=3, broker_id=2, producer_id=4001, producer_epoch=7,
-        coordinator_epoch=1, start_offset=1200, last_timestamp_ms=1_799_000_000_000,
-        start_time_ms=1_798_990_000_000, start_time_source=StartTimeSource.BATCH_TIMESTAMP,
-        duration_ms=10_000_000, txn_class=TxnClass.HANGING, late=True,
-        hanging_reason=HangingReason.PARTITION_NOT_IN_TRANSACTION, transactional_id="tx-a",
+        topic="orders",
+        partition=3,
+        broker_id=2,
+        producer_id=4001,
+        producer_epoch=7,
+        coordinator_epoch=1,
+        start_offset=1200,
+        last_timestamp_ms=1_799_000_000_000,
+        start_time_ms=1_798_990_000_000,
+        start_time_source=StartTimeSource.BATCH_TIMESTAMP,
+        duration_ms=10_000_000,
+        txn_class=TxnClass.HANGING,
+        late=True,
+        hanging_reason=HangingReason.PARTITION_NOT_IN_TRANSACTION,
+        transactional_id="tx-a",
     )
 
 
@@ -53,46 +67,74 @@ def result() -> CycleResult:
         coordinators=(CoordinatorMetrics(1, 1500, 0, (("Ongoing", 1), ("CompleteCommit", 5))),),
         findings=(hanging_finding(),),
         open_transactions_by_class=((TxnClass.HANGING, 1), (TxnClass.ONGOING, 1)),
+        open_transactions_unknown=((UnknownReason.OWNER_MAY_BE_INVISIBLE, 2), (UnknownReason.UNVERIFIED, 0)),
+        transactional_ids_visible=False,
+        transaction_version=2,
+        memory=PipelineMemory(timeout_aborts_total=(CoordinatorCount(1, 3),)),
     )
 
 
-def render(mode: str = "nonzero", up: bool = True) -> CollectorRegistry:
+def render(
+    mode: str = "nonzero", up: bool = True, label: str = "kafka_cluster", cycle: CycleResult | None = None
+) -> CollectorRegistry:
     registry = CollectorRegistry()
     store = StateStore(["prod", "idle"])
-    store.put(ClusterState(cluster="prod", result=result(), snapshot_taken_at_ms=int(NOW * 1000) - 5000,
-                           up=up, last_success_at_ms=int(NOW * 1000), cycles_complete=3,
-                           stage_seconds=(("metadata", 0.01), ("pipeline", 0.5))))
-    ExporterMetrics(registry, ["prod", "idle"])
-    registry.register(TransactionHealthCollector(store, PipelineSettings(lso_lag_series=mode),
-                                                 clock=lambda: NOW))
+    store.put(
+        ClusterState(
+            cluster="prod",
+            result=cycle or result(),
+            snapshot_taken_at_ms=int(NOW * 1000) - 5000,
+            up=up,
+            last_success_at_ms=int(NOW * 1000),
+            cycles_complete=3,
+            stage_seconds=(("metadata", 0.01), ("pipeline", 0.5)),
+        )
+    )
+    ExporterMetrics(registry, ["prod", "idle"], label)
+    registry.register(
+        TransactionHealthCollector(
+            store, PipelineSettings(lso_lag_series=mode), clock=lambda: NOW, cluster_label=label
+        )
+    )
     return registry
 
 
 def test_kafka_derived_gauges() -> None:
     r = render()
-    p = {"cluster": "prod", "topic": "orders", "partition": "3"}
+    p = {"kafka_cluster": "prod", "topic": "orders", "partition": "3"}
     assert r.get_sample_value("kafka_txn_partition_max_active_transaction_duration_seconds", p) == 10_000
     assert r.get_sample_value("kafka_txn_partition_last_stable_offset_lag", p) == 42
-    b2 = {"cluster": "prod", "broker": "2"}
+    b2 = {"kafka_cluster": "prod", "broker": "2"}
     assert r.get_sample_value("kafka_txn_partitions_with_late_transactions", b2) == 1
     assert r.get_sample_value("kafka_txn_max_last_stable_offset_lag", b2) == 42
     assert r.get_sample_value("kafka_txn_hanging_transactions", b2) == 1
     assert r.get_sample_value("kafka_txn_broker_transaction_verification_enabled", b2) == 0
     assert r.get_sample_value("kafka_txn_broker_transaction_max_timeout_seconds", b2) == 60
-    c1 = {"cluster": "prod", "coordinator": "1"}
+    c1 = {"kafka_cluster": "prod", "coordinator": "1"}
     assert r.get_sample_value("kafka_txn_active_transaction_open_time_max_seconds", c1) == 1.5
     assert r.get_sample_value("kafka_txn_coordinator_transactions", {**c1, "state": "CompleteCommit"}) == 5
     assert r.get_sample_value("kafka_txn_coordinator_transactions", {**c1, "state": "Dead"}) == 0
-    assert r.get_sample_value("kafka_txn_open_transactions", {"cluster": "prod", "class": "hanging"}) == 1
-    assert r.get_sample_value("kafka_txn_open_transactions", {"cluster": "prod", "class": "late"}) == 0
+    assert (
+        r.get_sample_value("kafka_txn_open_transactions", {"kafka_cluster": "prod", "class": "hanging"}) == 1
+    )
+    assert r.get_sample_value("kafka_txn_open_transactions", {"kafka_cluster": "prod", "class": "late"}) == 0
 
 
 def test_finding_series_carry_what_an_operator_needs_to_abort() -> None:
     r = render()
-    labels = {"cluster": "prod", "broker": "2", "topic": "orders", "partition": "3",
-              "producer_id": "4001", "producer_epoch": "7", "coordinator_epoch": "1",
-              "start_offset": "1200", "transactional_id": "tx-a",
-              "reason": "partition_not_in_transaction", "start_time_source": "batch_timestamp"}
+    labels = {
+        "kafka_cluster": "prod",
+        "broker": "2",
+        "topic": "orders",
+        "partition": "3",
+        "producer_id": "4001",
+        "producer_epoch": "7",
+        "coordinator_epoch": "1",
+        "start_offset": "1200",
+        "transactional_id": "tx-a",
+        "reason": "partition_not_in_transaction",
+        "start_time_source": "batch_timestamp",
+    }
     assert r.get_sample_value("kafka_txn_hanging_transaction_info", labels) == 1
     late = {k: v for k, v in labels.items() if k not in ("coordinator_epoch", "reason")}
     assert r.get_sample_value("kafka_txn_late_transaction_info", {**late, "class": "hanging"}) == 1
@@ -107,25 +149,87 @@ def test_lso_lag_series_selection(mode: str, series: int) -> None:
 
 def test_exporter_self_metrics() -> None:
     r = render(up=False)
-    assert r.get_sample_value("kafka_txn_exporter_up", {"cluster": "prod"}) == 0
-    assert r.get_sample_value("kafka_txn_exporter_up", {"cluster": "idle"}) == 0
-    assert r.get_sample_value("kafka_txn_exporter_snapshot_age_seconds", {"cluster": "prod"}) == 5
-    assert r.get_sample_value("kafka_txn_exporter_snapshot_age_seconds", {"cluster": "idle"}) is None
-    assert r.get_sample_value("kafka_txn_exporter_last_success_timestamp_seconds",
-                              {"cluster": "prod"}) == NOW
-    assert r.get_sample_value("kafka_txn_exporter_stage_duration_seconds",
-                              {"cluster": "prod", "stage": "pipeline"}) == 0.5
+    assert r.get_sample_value("kafka_txn_exporter_up", {"kafka_cluster": "prod"}) == 0
+    assert r.get_sample_value("kafka_txn_exporter_up", {"kafka_cluster": "idle"}) == 0
+    assert r.get_sample_value("kafka_txn_exporter_snapshot_age_seconds", {"kafka_cluster": "prod"}) == 5
+    assert r.get_sample_value("kafka_txn_exporter_snapshot_age_seconds", {"kafka_cluster": "idle"}) is None
+    assert (
+        r.get_sample_value("kafka_txn_exporter_last_success_timestamp_seconds", {"kafka_cluster": "prod"})
+        == NOW
+    )
+    assert (
+        r.get_sample_value(
+            "kafka_txn_exporter_stage_duration_seconds", {"kafka_cluster": "prod", "stage": "pipeline"}
+        )
+        == 0.5
+    )
     for outcome in ("complete", "partial", "failed"):
-        assert r.get_sample_value("kafka_txn_exporter_cycles_total",
-                                  {"cluster": "idle", "result": outcome}) == 0
+        assert (
+            r.get_sample_value(
+                "kafka_txn_exporter_cycles_total", {"kafka_cluster": "idle", "result": outcome}
+            )
+            == 0
+        )
+
+
+def test_the_cluster_label_is_configurable() -> None:
+    r = render(label="kafka")
+    assert r.get_sample_value("kafka_txn_exporter_up", {"kafka": "prod"}) == 1
+    assert r.get_sample_value("kafka_txn_hanging_transactions", {"kafka": "prod", "broker": "2"}) == 1
+    assert r.get_sample_value("kafka_txn_exporter_up", {"kafka_cluster": "prod"}) is None
+
+
+def test_blind_spot_unknown_reasons_and_cluster_features() -> None:
+    r = render()
+    prod = {"kafka_cluster": "prod"}
+    assert r.get_sample_value("kafka_txn_exporter_transactional_ids_visible", prod) == 0
+    assert (
+        r.get_sample_value(
+            "kafka_txn_open_transactions_unknown", {**prod, "reason": "owner_may_be_invisible"}
+        )
+        == 2
+    )
+    assert r.get_sample_value("kafka_txn_open_transactions_unknown", {**prod, "reason": "unverified"}) == 0
+    assert r.get_sample_value("kafka_txn_cluster_transaction_version", prod) == 2
+    assert r.get_sample_value("kafka_txn_coordinator_timeout_aborts_total", {**prod, "coordinator": "1"}) == 3
+
+
+def test_unread_broker_settings_are_absent_not_guessed() -> None:
+    cycle = replace(
+        result(),
+        brokers=(
+            BrokerMetrics(1, 0, 0, 0, verification_enabled=None, transaction_max_timeout_ms=900_000),
+            BrokerMetrics(
+                2,
+                0,
+                0,
+                0,
+                verification_enabled=True,
+                transaction_max_timeout_ms=900_000,
+                two_phase_commit_enabled=True,
+            ),
+        ),
+        transactional_ids_visible=None,
+    )
+    r = render(cycle=cycle)
+    b1 = {"kafka_cluster": "prod", "broker": "1"}
+    b2 = {"kafka_cluster": "prod", "broker": "2"}
+    assert r.get_sample_value("kafka_txn_broker_transaction_verification_enabled", b1) is None
+    assert r.get_sample_value("kafka_txn_broker_two_phase_commit_enabled", b1) is None
+    assert r.get_sample_value("kafka_txn_broker_transaction_verification_enabled", b2) == 1
+    assert r.get_sample_value("kafka_txn_broker_two_phase_commit_enabled", b2) == 1
+    assert (
+        r.get_sample_value("kafka_txn_exporter_transactional_ids_visible", {"kafka_cluster": "prod"}) is None
+    )
 
 
 def test_exposition_passes_promtool() -> None:
     promtool = shutil.which("promtool")
     assert promtool, "promtool is missing: install the Debian package prometheus (.ci/setup.sh does)"
     text = generate_latest(render())
-    check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
-                           timeout=60, check=False)
+    check = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, timeout=60, check=False
+    )
     assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
 
 

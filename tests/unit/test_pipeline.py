@@ -4,6 +4,7 @@ docs/metrics.md. No Kafka broker; one local Spark session for the whole run."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 import pytest
 from pyspark.sql import SparkSession
@@ -23,12 +24,15 @@ from exporter.model import (
     HangingReason,
     ListedTransaction,
     PartitionOffsets,
+    PipelineMemory,
     PipelineSettings,
     ProducerState,
     StartTimeSource,
     TopicPartition,
     TransactionDescription,
     TxnClass,
+    UnknownReason,
+    WatchedTransaction,
 )
 from exporter.pipeline.compute import ComputeStats, compute
 from exporter.pipeline.session import session_conf
@@ -118,8 +122,13 @@ def snapshot(
     configs: Iterable[BrokerConfig] | None = None,
     coordinators_listed: Iterable[int] | None = None,
     errors: Iterable[CollectionError] = (),
+    visible: bool | None = True,
+    reread: Iterable[ProducerState] | None = None,
 ) -> ClusterSnapshot:
+    """A snapshot as the collector builds it; by default the principal sees every
+    transactional id and the re-read after the coordinators shows the same producers."""
     producers = tuple(producers)
+    reread_rows = producers if reread is None else tuple(reread)
     broker_ids = tuple(brokers)
     if partitions is None:
         partitions = {
@@ -140,6 +149,11 @@ def snapshot(
         errors=tuple(errors),
         coordinators_listed=frozenset(broker_ids if coordinators_listed is None
                                       else coordinators_listed),
+        transactional_ids_visible=visible,
+        reread_producers=reread_rows,
+        reread_partitions=frozenset(
+            (p.topic, p.partition) for p in producers if p.current_txn_start_offset >= 0
+        ),
     )
 
 
@@ -153,7 +167,33 @@ def run(
     previous: CycleResult | None = None,
     now: int = NOW,
 ) -> CycleResult:
-    return compute(spark, snap, settings, previous, now)
+    return compute(spark, snap, settings, previous.memory if previous else None, now)
+
+
+def candidates(result: CycleResult) -> tuple[tuple[tuple[str, int, int, int], int], ...]:
+    """The remembered hanging candidates as ((topic, partition, producer id, start offset),
+    consecutive cycles)."""
+    return tuple(
+        ((c.finding.topic, c.finding.partition, c.finding.producer_id, c.finding.start_offset),
+         c.cycles)
+        for c in result.memory.candidates
+    )
+
+
+def watched(result: CycleResult) -> tuple[tuple[str, int, int, int], ...]:
+    """The remembered Ongoing transactions as (transactional id, producer id, epoch,
+    deadline)."""
+    return tuple(
+        (w.transactional_id, w.producer_id, w.producer_epoch, w.deadline_ms)
+        for w in result.memory.watched
+    )
+
+
+def watching(*entries: tuple[str, int, int, int], seen_at: int = NOW - 30 * SEC) -> CycleResult:
+    """A previous cycle that remembered these Ongoing transactions, last seen at ``seen_at``."""
+    return CycleResult(cluster="c1", computed_at_ms=seen_at, memory=PipelineMemory(
+        watched=tuple(WatchedTransaction(tid, 1, pid, epoch, deadline, seen_at)
+                      for tid, pid, epoch, deadline in entries)))
 
 
 def by_class(result: CycleResult) -> dict[TxnClass, int]:
@@ -188,7 +228,7 @@ def test_open_transaction_owned_by_its_coordinator_is_ongoing(spark: SparkSessio
     assert result.findings == ()  # plain ongoing transactions are counted, not listed
     assert by_class(result)[TxnClass.ONGOING] == 1
     assert sum(by_class(result).values()) == 1
-    assert result.hanging_candidates == ()
+    assert candidates(result) == ()
     (part,) = result.partitions
     assert part.max_active_transaction_duration_ms == 2 * MIN
 
@@ -235,7 +275,7 @@ def test_each_hanging_reason(
                                         else TID)
     assert by_class(result)[TxnClass.HANGING] == 1
     assert result.brokers[0].hanging_transactions == 1
-    assert result.hanging_candidates == ((("t", 0, PID, 100), 1),)
+    assert candidates(result) == ((("t", 0, PID, 100), 1),)
 
 
 def test_legitimate_owner_wins_over_a_stale_listing(spark: SparkSession) -> None:
@@ -288,7 +328,7 @@ def test_unreadable_coordinator_side_is_unknown_not_hanging(
     finding = only(result)
     assert finding.txn_class is TxnClass.UNKNOWN
     assert finding.hanging_reason is None
-    assert result.hanging_candidates == ()
+    assert candidates(result) == ()
     assert by_class(result)[TxnClass.UNKNOWN] == 1
     assert all(b.hanging_transactions == 0 for b in result.brokers)
 
@@ -302,17 +342,17 @@ def test_candidate_is_suspected_then_hanging_in_the_second_cycle(spark: SparkSes
     first = run(spark, snap, settings)
     assert only(first).txn_class is TxnClass.SUSPECTED_HANGING
     assert only(first).hanging_reason is HangingReason.NO_TRANSACTIONAL_ID
-    assert first.hanging_candidates == ((("t", 0, PID, 100), 1),)
+    assert candidates(first) == ((("t", 0, PID, 100), 1),)
     assert first.brokers[0].hanging_transactions == 0
 
     second = run(spark, snap, settings, previous=first, now=NOW + 30 * SEC)
     assert only(second).txn_class is TxnClass.HANGING
-    assert second.hanging_candidates == ((("t", 0, PID, 100), 2),)
+    assert candidates(second) == ((("t", 0, PID, 100), 2),)
     assert second.brokers[0].hanging_transactions == 1
 
     third = run(spark, snap, settings, previous=second, now=NOW + 60 * SEC)
     assert only(third).txn_class is TxnClass.HANGING
-    assert third.hanging_candidates == ((("t", 0, PID, 100), 3),)
+    assert candidates(third) == ((("t", 0, PID, 100), 3),)
 
 
 def test_confirmation_resets_when_the_start_offset_changes(spark: SparkSession) -> None:
@@ -320,14 +360,14 @@ def test_confirmation_resets_when_the_start_offset_changes(spark: SparkSession) 
     first = run(spark, snapshot(producers=[producer(start=100)]), settings)
     second = run(spark, snapshot(producers=[producer(start=180)]), settings, previous=first)
     assert only(second).txn_class is TxnClass.SUSPECTED_HANGING
-    assert second.hanging_candidates == ((("t", 0, PID, 180), 1),)
+    assert candidates(second) == ((("t", 0, PID, 180), 1),)
 
 
 def test_confirmation_resets_when_the_candidate_goes_away(spark: SparkSession) -> None:
     settings = PipelineSettings(hanging_confirm_cycles=2)
     first = run(spark, snapshot(producers=[producer()]), settings)
     second = run(spark, legit_snapshot(), settings, previous=first)
-    assert second.hanging_candidates == ()
+    assert candidates(second) == ()
     third = run(spark, snapshot(producers=[producer()]), settings, previous=second)
     assert only(third).txn_class is TxnClass.SUSPECTED_HANGING
 
@@ -470,13 +510,14 @@ def test_two_phase_commit_is_never_hanging_for_its_age(spark: SparkSession) -> N
     assert finding.txn_class is TxnClass.TWO_PHASE_COMMIT
     assert finding.late  # the broker's own late gauge counts it too
     assert finding.duration_ms == 30 * DAY
-    assert result.hanging_candidates == ()
+    assert candidates(result) == ()
     assert result.brokers[0].partitions_with_late_transactions == 1
     assert result.brokers[0].hanging_transactions == 0
     (coordinator,) = result.coordinators
     assert coordinator.two_phase_commit_open_time_max_ms == 30 * DAY
-    assert coordinator.active_transaction_open_time_max_ms == 30 * DAY
-    assert result.watched_ongoing == ()  # never timed out by the coordinator
+    # A prepared 2PC transaction must not fire KafkaTransactionCoordinatorOpenTimeHigh.
+    assert coordinator.active_transaction_open_time_max_ms == 0
+    assert watched(result) == ()  # never timed out by the coordinator
 
 
 def test_two_phase_commit_without_the_partition_is_still_a_candidate(spark: SparkSession) -> None:
@@ -571,7 +612,8 @@ def test_broker_metrics_zero_filled_with_config(spark: SparkSession) -> None:
              b.max_last_stable_offset_lag, b.verification_enabled, b.transaction_max_timeout_ms)
             for b in result.brokers] == [
         (1, 0, 0, 0, False, MIN),
-        (2, 0, 0, 0, True, DEFAULT_TRANSACTION_MAX_TIMEOUT_MS),
+        # Broker 2's configs were not read: no verification value (absent, never a guess).
+        (2, 0, 0, 0, None, DEFAULT_TRANSACTION_MAX_TIMEOUT_MS),
     ]
 
 
@@ -613,7 +655,7 @@ def test_timeout_abort_detected_across_two_cycles(spark: SparkSession) -> None:
               described("fine", pid=7, start=NOW - 10 * SEC, timeout=MIN),
               described("twopc", pid=8, start=NOW - DAY, timeout=TWO_PHASE_COMMIT_TIMEOUT_MS)],
     ))
-    assert first.watched_ongoing == (("fine", 7, 5, NOW - 10 * SEC + MIN),
+    assert watched(first) == (("fine", 7, 5, NOW - 10 * SEC + MIN),
                                      ("slow", PID, 5, NOW - 2 * MIN + MIN))
     assert first.timeout_aborts == ()
 
@@ -625,13 +667,12 @@ def test_timeout_abort_detected_across_two_cycles(spark: SparkSession) -> None:
     (abort,) = second.timeout_aborts
     assert (abort.transactional_id, abort.coordinator_id, abort.producer_id, abort.old_epoch,
             abort.new_epoch) == ("slow", 2, PID, 5, 6)
-    assert second.watched_ongoing == ()
+    assert watched(second) == ()
 
 
 def test_abort_before_the_deadline_is_the_producers_own(spark: SparkSession) -> None:
     """Aborted with a bumped epoch (TV2) while its deadline is still ahead: a client abort."""
-    previous = CycleResult(cluster="c1", computed_at_ms=NOW - 30 * SEC,
-                           watched_ongoing=(("slow", PID, 5, NOW + MIN),))
+    previous = watching(("slow", PID, 5, NOW + MIN))
     result = run(spark, snapshot(
         txns=[described("slow", epoch=6, state="CompleteAbort", parts=())]), previous=previous)
     assert result.timeout_aborts == ()
@@ -650,27 +691,25 @@ def test_abort_before_the_deadline_is_the_producers_own(spark: SparkSession) -> 
 def test_timeout_abort_needs_an_abort_with_a_bumped_epoch(
     spark: SparkSession, txn: TransactionDescription, expected: int
 ) -> None:
-    previous = CycleResult(cluster="c1", computed_at_ms=NOW - 30 * SEC,
-                           watched_ongoing=(("slow", PID, 5, NOW - MIN),))
+    previous = watching(("slow", PID, 5, NOW - MIN))
     result = run(spark, snapshot(txns=[txn]), previous=previous)
     assert len(result.timeout_aborts) == expected
 
 
 def test_watched_kept_while_its_coordinator_is_unreadable(spark: SparkSession) -> None:
-    previous = CycleResult(cluster="c1", computed_at_ms=NOW - 30 * SEC,
-                           watched_ongoing=(("slow", PID, 5, NOW - MIN),))
+    previous = watching(("slow", PID, 5, NOW - MIN))
     unreadable = run(spark, snapshot(
         txns=[described("slow", error="COORDINATOR_LOAD_IN_PROGRESS", state="", parts=())]),
         previous=previous)
-    assert unreadable.watched_ongoing == (("slow", PID, 5, NOW - MIN),)
+    assert watched(unreadable) == (("slow", PID, 5, NOW - MIN),)
     gone = run(spark, snapshot(
         txns=[described("slow", error="TRANSACTIONAL_ID_NOT_FOUND", state="", parts=())]),
         previous=previous)
-    assert gone.watched_ongoing == ()
+    assert watched(gone) == ()
     listed_only = run(spark, snapshot(listed_txns=[listed("slow")]), previous=previous)
-    assert listed_only.watched_ongoing == (("slow", PID, 5, NOW - MIN),)
+    assert watched(listed_only) == (("slow", PID, 5, NOW - MIN),)
     forgotten = run(spark, snapshot(), previous=previous)
-    assert forgotten.watched_ongoing == ()
+    assert watched(forgotten) == ()
 
 
 # --- empty and partial snapshots, cost -------------------------------------------------------
@@ -683,7 +722,7 @@ def test_empty_snapshot(spark: SparkSession) -> None:
     assert result.cluster == "c1"
     assert result.computed_at_ms == NOW
     assert (result.partitions, result.findings, result.coordinators, result.timeout_aborts,
-            result.watched_ongoing, result.hanging_candidates) == ((), (), (), (), (), ())
+            watched(result), candidates(result)) == ((), (), (), (), (), ())
     assert result.brokers == ()
     assert by_class(result) == dict.fromkeys(TxnClass, 0)
 
@@ -702,24 +741,174 @@ def test_partial_snapshot_computes_what_it_can(spark: SparkSession) -> None:
     assert (part.topic, part.leader, part.lso_lag) == ("t", 1, None)
 
 
-def test_one_collect_per_output_table_at_most(spark: SparkSession) -> None:
+def test_every_output_comes_back_in_one_spark_action(spark: SparkSession) -> None:
     stats = ComputeStats()
-    first = compute(spark, legit_snapshot(), PipelineSettings(), None, NOW)
+    first = compute(spark, snapshot(producers=[producer()]), PipelineSettings(), None, NOW)
     snap = snapshot(
         producers=[producer(), producer("u", pid=9)],
         listed_txns=[listed(), listed("slow", pid=8)],
         txns=[described(), described("slow", pid=8, state="CompleteAbort", epoch=9, parts=())],
     )
-    previous = CycleResult(cluster="c1", computed_at_ms=NOW,
-                           watched_ongoing=(("slow", 8, 5, NOW - MIN),),
-                           hanging_candidates=first.hanging_candidates)
-    result = compute(spark, snap, PipelineSettings(), previous, NOW, stats=stats)
+    memory = PipelineMemory(
+        candidates=first.memory.candidates,
+        watched=(WatchedTransaction("slow", 1, 8, 5, NOW - MIN, NOW - 30 * SEC),),
+    )
+    result = compute(spark, snap, PipelineSettings(), memory, NOW, stats=stats)
     assert len(result.timeout_aborts) == 1
-    output_tables = 8  # partitions, brokers, coordinators, findings, by class, aborts, ...
-    assert stats.actions <= output_tables
-    assert set(stats.seconds) <= {
-        "partitions", "brokers", "coordinators", "findings", "open_transactions_by_class",
-        "hanging_candidates", "watched_ongoing", "timeout_aborts"}
+    assert result.findings and result.partitions and result.brokers and result.coordinators
+    assert stats.actions == 1
+    assert set(stats.seconds) == {"collect"}
+
+
+# --- trust: blind spots, read-verify, missing evidence ----------------------------------------
+
+
+@pytest.mark.parametrize("visible", [False, None], ids=["blind", "probe-failed"])
+def test_an_unlisted_owner_is_unknown_while_some_ids_may_be_invisible(
+    spark: SparkSession, visible: bool | None
+) -> None:
+    snap = snapshot(producers=[producer()], visible=visible)
+    previous = None
+    for cycle in range(3):
+        result = run(spark, snap, previous=previous, now=NOW + cycle * 30 * SEC)
+        finding = only(result)
+        assert finding.txn_class is TxnClass.UNKNOWN
+        assert finding.unknown_reason is UnknownReason.OWNER_MAY_BE_INVISIBLE
+        assert finding.hanging_reason is None
+        assert candidates(result) == ()
+        previous = result
+    assert dict(result.open_transactions_unknown)[UnknownReason.OWNER_MAY_BE_INVISIBLE] == 1
+    assert result.transactional_ids_visible is visible
+
+
+def test_reasons_from_a_visible_id_stand_during_a_blind_spot(spark: SparkSession) -> None:
+    snap = snapshot(producers=[producer()], listed_txns=[listed(state="CompleteCommit")],
+                    txns=[described(state="CompleteCommit", parts=())], visible=False)
+    assert only(run(spark, snap)).hanging_reason is HangingReason.COORDINATOR_NOT_OPEN
+
+
+def test_a_candidate_gone_on_the_re_read_closed_between_the_reads(spark: SparkSession) -> None:
+    """Churn: the partition was read before its coordinator completed the transaction."""
+    snap = snapshot(producers=[producer()], listed_txns=[listed(state="CompleteCommit")],
+                    txns=[described(state="CompleteCommit", parts=())],
+                    reread=[producer(start=-1)])
+    result = run(spark, snap)
+    assert result.findings == ()
+    assert all(n == 0 for n in by_class(result).values())
+    assert candidates(result) == ()
+
+
+def test_a_new_transaction_on_the_re_read_does_not_verify_the_old_one(spark: SparkSession) -> None:
+    snap = snapshot(producers=[producer(start=100)], listed_txns=[listed(state="CompleteCommit")],
+                    txns=[described(state="CompleteCommit", parts=())],
+                    reread=[producer(start=180)])
+    assert run(spark, snap).findings == ()
+
+
+def test_a_candidate_whose_partition_was_not_re_read_is_unverified(spark: SparkSession) -> None:
+    snap = replace(snapshot(producers=[producer()]), reread_producers=(),
+                   reread_partitions=frozenset())
+    finding = only(run(spark, snap))
+    assert finding.txn_class is TxnClass.UNKNOWN
+    assert finding.unknown_reason is UnknownReason.UNVERIFIED
+
+
+def _confirmed(spark: SparkSession) -> CycleResult:
+    settings = PipelineSettings(hanging_confirm_cycles=2)
+    first = run(spark, snapshot(producers=[producer()]), settings)
+    second = run(spark, snapshot(producers=[producer()]), settings, previous=first,
+                 now=NOW + 30 * SEC)
+    assert only(second).txn_class is TxnClass.HANGING
+    return second
+
+
+@pytest.mark.parametrize(
+    "evidence_missing",
+    [
+        # The partition's leader did not answer DescribeProducers: the row is missing.
+        snapshot(producers=[], partitions=[offsets()],
+                 errors=[CollectionError("DescribeProducers", "REQUEST_TIMED_OUT", broker_id=1)]),
+        # Its coordinator broker is down: the listing is incomplete.
+        snapshot(producers=[producer()], brokers=(1, 2), coordinators_listed=(1,),
+                 errors=[CollectionError("ListTransactions", "TIMEOUT", broker_id=2)]),
+        # The re-read of its partition failed.
+        replace(snapshot(producers=[producer()]), reread_producers=(),
+                reread_partitions=frozenset()),
+        # The visibility probe failed.
+        snapshot(producers=[producer()], visible=None),
+    ],
+    ids=["partition-unread", "coordinator-down", "re-read-failed", "probe-failed"],
+)
+def test_a_confirmed_finding_survives_a_cycle_without_evidence(
+    spark: SparkSession, evidence_missing: ClusterSnapshot
+) -> None:
+    settings = PipelineSettings(hanging_confirm_cycles=2)
+    second = _confirmed(spark)
+    third = run(spark, evidence_missing, settings, previous=second, now=NOW + 60 * SEC)
+    finding = only(third)
+    assert finding.txn_class is TxnClass.HANGING
+    assert finding.hanging_reason is HangingReason.NO_TRANSACTIONAL_ID
+    assert finding.duration_ms == only(second).duration_ms + 30 * SEC
+    assert candidates(third) == ((("t", 0, PID, 100), 2),)  # kept, not restarted
+    assert third.brokers[0].hanging_transactions == 1
+    fourth = run(spark, snapshot(producers=[producer()]), settings, previous=third,
+                 now=NOW + 90 * SEC)
+    assert only(fourth).txn_class is TxnClass.HANGING
+    assert candidates(fourth) == ((("t", 0, PID, 100), 3),)
+
+
+def test_only_positive_evidence_clears_a_confirmed_finding(spark: SparkSession) -> None:
+    settings = PipelineSettings(hanging_confirm_cycles=2)
+    closed = run(spark, snapshot(producers=[producer(start=-1)]), settings,
+                 previous=_confirmed(spark))
+    assert closed.findings == () and candidates(closed) == ()
+    owned = run(spark, legit_snapshot(), settings, previous=_confirmed(spark))
+    assert owned.findings == ()
+    assert candidates(owned) == ()
+
+
+# --- KIP-588 recovery signals ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("txn", "seen_at", "version", "expected"),
+    [
+        # The producer re-initialised after the coordinator aborted it: Empty, epoch + 2.
+        (described("slow", epoch=7, state="Empty", parts=(), start=-1), NOW - 30 * SEC, 2, 1),
+        # Overdue when last seen; now a new Ongoing after abort + InitProducerId.
+        (described("slow", epoch=7, start=NOW - SEC), NOW - 30 * SEC, 2, 1),
+        # Overdue when last seen; a new Ongoing one epoch up is a late commit (v2): not counted.
+        (described("slow", epoch=6, start=NOW - SEC), NOW - 30 * SEC, 2, 0),
+        # ... but with transactions v1 a commit never bumps the epoch: counted.
+        (described("slow", epoch=6, start=NOW - SEC), NOW - 30 * SEC, 1, 1),
+        # Not overdue when last seen: a new Ongoing with a higher epoch may be commits.
+        (described("slow", epoch=7, start=NOW - SEC), NOW - 2 * MIN, 2, 0),
+    ],
+    ids=["empty-after-deadline", "reinit-ongoing", "late-commit-v2", "reinit-v1",
+         "not-seen-overdue"],
+)
+def test_timeout_abort_seen_through_the_producers_recovery(
+    spark: SparkSession, txn: TransactionDescription, seen_at: int, version: int, expected: int
+) -> None:
+    # Deadline NOW - MIN: overdue when seen at NOW - 30 s, not yet when seen at NOW - 2 min.
+    previous = watching(("slow", PID, 5, NOW - MIN), seen_at=seen_at)
+    snap = snapshot(txns=[txn], configs=[BrokerConfig(1, transaction_version=version)])
+    result = run(spark, snap, previous=previous)
+    assert len(result.timeout_aborts) == expected
+    totals = {c.coordinator_id: c.count for c in result.memory.timeout_aborts_total}
+    assert totals.get(1, 0) == expected
+
+
+def test_a_timeout_abort_is_counted_once(spark: SparkSession) -> None:
+    previous = watching(("slow", PID, 5, NOW - MIN))
+    first = run(spark, snapshot(txns=[described("slow", epoch=6, state="CompleteAbort",
+                                                parts=())]), previous=previous)
+    second = run(spark, snapshot(txns=[described("slow", epoch=7, state="Empty", parts=(),
+                                                 start=-1)]), previous=first, now=NOW + 30 * SEC)
+    third = run(spark, snapshot(txns=[described("slow", epoch=7, start=NOW + 40 * SEC)]),
+                previous=second, now=NOW + 60 * SEC)
+    assert [len(r.timeout_aborts) for r in (first, second, third)] == [1, 0, 0]
+    assert [c.count for c in third.memory.timeout_aborts_total] == [1]
 
 
 # --- session settings (no Spark needed) -----------------------------------------------------
