@@ -18,7 +18,8 @@ from exporter.kafka.admin import ClusterAdmin, ClusterMetadata
 from exporter.kafka.collector import SnapshotCollector
 from exporter.kafka.transactions import VISIBILITY_PROBE_ID
 from exporter.model import ClusterSnapshot
-from testbed.broker import KafkaCluster
+from testbed.broker import BrokerStartError, KafkaCluster, Listener
+from testbed.maven import KafkaDistribution
 from testbed.scenarios import OpenTransaction, run_transaction
 
 pytestmark = pytest.mark.kafka
@@ -204,3 +205,90 @@ def _eventually_complete(collector: SnapshotCollector, attempts: int = 10) -> Cl
         snapshot = collector.collect(deadline_s=20.0)
     assert snapshot.errors == ()
     return snapshot
+
+
+# -- visibility under an authorizer ----------------------------------------------------------
+
+EXPORTER_USER, EXPORTER_PASSWORD = "exporter", "exporter-Secret-77"
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+@pytest.fixture(scope="module")
+def authorized_kafka(kafka_dist: KafkaDistribution) -> Iterator[KafkaCluster]:
+    """One node with KRaft's StandardAuthorizer: the test bed's own PLAINTEXT listener (and
+    the controller's) are the super user ANONYMOUS; the exporter logs in over SASL/PLAIN."""
+    login = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+             f'user_{EXPORTER_USER}="{EXPORTER_PASSWORD}";')  # fmt: skip
+    cluster = KafkaCluster(
+        kafka_dist,
+        server_properties={"authorizer.class.name": STANDARD_AUTHORIZER,
+                           "super.users": "User:ANONYMOUS"},
+        extra_listeners={"SASL": Listener("SASL_PLAINTEXT", {
+            "sasl.enabled.mechanisms": "PLAIN", "plain.sasl.jaas.config": login})},
+    )  # fmt: skip
+    try:
+        cluster.start()
+    except BrokerStartError as exc:
+        pytest.fail(f"Kafka test cluster with an authorizer did not start:\n{exc}")
+    try:
+        cluster.ensure_transaction_state_topic()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _grant_describe(cluster: KafkaCluster, name: str, pattern: str) -> None:
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    binding = AclBinding(ResourceType.TRANSACTIONAL_ID, name, ResourcePatternType[pattern],
+                         f"User:{EXPORTER_USER}", "*", AclOperation.DESCRIBE,
+                         AclPermissionType.ALLOW)  # fmt: skip
+    for future in cluster.admin().create_acls([binding]).values():
+        future.result(timeout=30)
+
+
+def _exporter_admin(cluster: KafkaCluster) -> ClusterAdmin:
+    return ClusterAdmin(bootstrap_servers=cluster.bootstrap_for("SASL"), properties={
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+        "sasl.username": EXPORTER_USER, "sasl.password": EXPORTER_PASSWORD,
+    }, request_timeout_ms=REQUEST_TIMEOUT_MS)  # fmt: skip
+
+
+def _probe_until(admin: ClusterAdmin, expected: bool, attempts: int = 20) -> tuple[bool, ...]:
+    """ACLs reach the broker through the metadata log: probe until they apply (bounded)."""
+    probed = admin.probe_visibility()
+    for _ in range(attempts):
+        if probed.rows == (expected,):
+            break
+        time.sleep(0.5)
+        probed = admin.probe_visibility()
+    assert probed.errors == ()
+    return probed.rows
+
+
+def test_a_principal_limited_to_its_own_prefix_may_not_see_every_transactional_id(
+    authorized_kafka: KafkaCluster,
+) -> None:
+    """Least privilege (Describe on the team's prefix): ListTransactions may leave ids out,
+    and the probe says so; Describe on every id (``*``) makes them all visible."""
+    _grant_describe(authorized_kafka, "team-a.", "PREFIXED")
+    admin = _exporter_admin(authorized_kafka)
+    collector = SnapshotCollector(cluster="authorized", admin=admin, topic_filter=lambda _t: False)
+    try:
+        assert _probe_until(admin, False) == (False,)
+        snapshot = collector.collect()
+        assert snapshot.transactional_ids_visible is False
+        # The probe's answer is not a failure of the cycle.
+        assert not [e for e in snapshot.errors if e.api in ("FindCoordinator", "DescribeTransactions")]
+
+        _grant_describe(authorized_kafka, "*", "LITERAL")
+        assert _probe_until(admin, True) == (True,)
+        assert collector.collect().transactional_ids_visible is True
+    finally:
+        collector.close()
