@@ -127,7 +127,7 @@ class _Stages:
                 return future.result(timeout=wait)
             except FutureTimeout:
                 self.seconds[name] = time.monotonic() - started
-                log.warning("stage %s cut at the cycle deadline after %.2f s", name, self.seconds[name])
+                log.debug("stage %s cut at the cycle deadline after %.2f s", name, self.seconds[name])
                 return Collected(
                     (),
                     (
@@ -265,6 +265,14 @@ class SnapshotCollector:
         errors: list[CollectionError] = []
         for part in (configs_done, offsets_done, visible, producers, listed, described, reread, timestamps):
             errors.extend(part.errors)
+        cut = sorted({e.api for e in errors if e.error == DEADLINE_EXCEEDED})
+        if cut:
+            log.warning(
+                "cycle for cluster %s reached its deadline (%.1f s): %s cut",
+                self.cluster,
+                deadline_s,
+                ", ".join(cut),
+            )
         return ClusterSnapshot(
             cluster=self.cluster,
             taken_at_ms=taken_at_ms,

@@ -26,23 +26,30 @@ It costs two small requests per cycle and is re-done every cycle, so an ACL chan
 the next cycle. Do not grant ACLs that name the probe id (or a prefix of it) specially: the
 probe would then report a visibility the other ids do not have. The first probe on a cluster
 that never had a transaction makes Kafka create ``__transaction_state`` (as any
-transactional producer would); that cycle's probe answers ``COORDINATOR_NOT_AVAILABLE``.
+transactional producer would) and answers ``COORDINATOR_NOT_AVAILABLE``; the probe asks
+again twice, half a second apart, while the cycle's deadline allows, then gives up for
+this cycle (``None`` and the error).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from exporter.kafka._protocol import ProtocolClient
 from exporter.kafka.errors import NOT_FOUND, KafkaRequestError, error_name_for_code
-from exporter.kafka.results import Collected, Gather, timeout_ms
+from exporter.kafka.results import Collected, Gather, remaining_s, timeout_ms
 from exporter.model import ListedTransaction, TopicPartition, TransactionDescription
 
 #: The transactional id of the visibility probe: never used by a producer.
 VISIBILITY_PROBE_ID = "kafka-txn-exporter.visibility-probe"
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
 _TRANSACTION_COORDINATOR = 1  # FindCoordinator key type (CoordinatorType.TRANSACTION)
+#: Errors that mean "ask again in a moment": the coordinator is being created or loaded.
+COORDINATOR_NOT_READY = frozenset({"COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS"})
+PROBE_ATTEMPTS = 3
+PROBE_BACKOFF_S = 0.5
 
 
 def list_transactions(
@@ -167,7 +174,23 @@ def probe_visibility(
     client: ProtocolClient, request_timeout_ms: int, deadline: float | None = None
 ) -> Collected[bool]:
     """Whether the principal may Describe every transactional id (see the module docstring):
-    one row (True / False), or no row and the error that left it unknown."""
+    one row (True / False), or no row and the error that left it unknown.
+
+    A coordinator that is not ready yet (``__transaction_state`` being created or loaded)
+    is asked again, up to :data:`PROBE_ATTEMPTS` times, while the deadline allows."""
+    probed = _probe_once(client, request_timeout_ms, deadline)
+    for _ in range(PROBE_ATTEMPTS - 1):
+        left = remaining_s(deadline)
+        if probed.rows or not any(e.error in COORDINATOR_NOT_READY for e in probed.errors):
+            break
+        if left is not None and left < 2 * PROBE_BACKOFF_S:
+            break
+        time.sleep(PROBE_BACKOFF_S)
+        probed = _probe_once(client, request_timeout_ms, deadline)
+    return probed
+
+
+def _probe_once(client: ProtocolClient, request_timeout_ms: int, deadline: float | None) -> Collected[bool]:
     located = find_coordinators(client, [VISIBILITY_PROBE_ID], request_timeout_ms, deadline)
     if located.errors:
         if located.errors[0].error == TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
