@@ -63,6 +63,9 @@ log = logging.getLogger(__name__)
 #: How long kafka-python's failure path asks librdkafka whether the login was refused.
 LOGIN_PROBE_TIMEOUT_S = 2.0
 DEFAULT_REQUEST_TIMEOUT_MS = 10_000
+#: How long close() waits for a kafka-python bootstrap in flight before leaving it to close
+#: its own client.
+CLOSE_WAIT_S = 1.0
 R = TypeVar("R")
 
 
@@ -101,8 +104,13 @@ class ClusterAdmin:
     def close(self) -> None:
         """Close both clients for good: later calls raise KafkaUnavailable."""
         self._closed = True
-        with self._protocol_lock:
-            self._drop_protocol_locked(None)
+        # A bootstrap in flight holds the lock until its timeout; it closes what it made
+        # itself when it sees the admin closed, so a stop need not wait for it.
+        if self._protocol_lock.acquire(timeout=CLOSE_WAIT_S):
+            try:
+                self._drop_protocol_locked(None)
+            finally:
+                self._protocol_lock.release()
         with self._confluent_lock:
             self._confluent = None
 
@@ -170,9 +178,11 @@ class ClusterAdmin:
                     self.bootstrap_servers, self._properties, self.request_timeout_ms
                 )
                 config["bootstrap_timeout_ms"] = timeout_ms(self.request_timeout_ms, deadline, "Metadata")
-                self._protocol_client = ProtocolClient.connect(
-                    config, login_failure=self._login_failure_seen_by_librdkafka
-                )
+                client = ProtocolClient.connect(config, login_failure=self._login_failure_seen_by_librdkafka)
+                if self._closed:  # closed while bootstrapping
+                    client.close()
+                    self._check_open()
+                self._protocol_client = client
             return self._protocol_client
 
     def _drop_protocol_locked(self, broken: ProtocolClient | None) -> None:

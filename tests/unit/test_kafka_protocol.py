@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -61,3 +62,33 @@ def test_a_login_failure_another_client_saw_names_a_failed_bootstrap() -> None:
 
     assert failure.value.error == "SASL_AUTHENTICATION_FAILED"
     assert not failure.value.retriable
+
+
+def test_closing_the_admin_during_a_bootstrap_leaves_no_client_behind() -> None:
+    """close() does not wait out a bootstrap in flight; the bootstrap closes what it made."""
+    from exporter.kafka.admin import ClusterAdmin
+
+    before = _io_threads()
+    admin = ClusterAdmin(bootstrap_servers="127.0.0.1:1", request_timeout_ms=3000)
+    failures: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            admin.describe_producers({1: [("t", 0)]})
+        except BaseException as e:
+            failures.append(e)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    time.sleep(0.3)  # the reader is bootstrapping now
+    admin.close()
+    reader.join(timeout=30)
+
+    assert not reader.is_alive()
+    assert [type(e) for e in failures] == [KafkaUnavailable]
+    leftover = [t for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+    for thread in leftover:
+        thread.join(timeout=5)
+    assert [t.name for t in leftover if t.is_alive()] == []
+    with pytest.raises(KafkaUnavailable, match="closed"):
+        admin.describe_producers({1: [("t", 0)]})
