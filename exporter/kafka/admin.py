@@ -3,24 +3,23 @@
 :class:`ClusterAdmin` owns the two clients of one cluster and hands them to the request
 families, one module each:
 
-============================  ===============================================  ===========
-module                        requests                                         client
-============================  ===============================================  ===========
-``metadata``                  Metadata (brokers, leaders, replicas)             confluent
-``offsets``                   ListOffsets (high watermark, LSO)                 confluent
-``configs``                   DescribeConfigs, ApiVersions (transaction.version) both
-``producers``                 DescribeProducers                                 kafka-python
-``transactions``              ListTransactions, DescribeTransactions,           kafka-python
-                              FindCoordinator, the visibility probe
-``fetch``                     Fetch (the batch at a transaction's start)        kafka-python
-``markers``                   WriteTxnMarkers, InitProducerId (CLI writes)      kafka-python
-============================  ===============================================  ===========
+* ``metadata``: Metadata (brokers, leaders, replicas), confluent-kafka;
+* ``offsets``: ListOffsets (high watermark, LSO), confluent-kafka;
+* ``configs``: DescribeConfigs (confluent-kafka) and ApiVersions (``transaction.version``);
+* ``producers``: DescribeProducers;
+* ``transactions``: ListTransactions, DescribeTransactions, FindCoordinator and the
+  visibility probe;
+* ``fetch``: Fetch (the batch at an open transaction's start offset);
+* ``markers``: the CLI's writes, WriteTxnMarkers and InitProducerId.
 
 Each family returns :class:`~exporter.kafka.results.Collected` rows built through the one
 error path in ``results`` (a failure per broker / partition, named as Kafka names it, next to
-what succeeded); every access to kafka-python's internals is in ``_protocol``. Requests to
-different brokers are in flight together. Every read takes an optional ``deadline`` (a
-:func:`time.monotonic` value): its request timeout is shortened to the time left.
+what succeeded); every access to kafka-python's internals is in ``_protocol`` (all families
+but the confluent-kafka ones send through it). Adding an admin API: a function in its
+family's module, a method here, and (when read every cycle) a stage in ``collector``.
+Requests to different brokers are in flight together. Every read takes an optional
+``deadline`` (a :func:`time.monotonic` value): its request timeout is shortened to the time
+left.
 """
 
 from __future__ import annotations
