@@ -42,8 +42,15 @@ class OidcClientCredentialsTokenProvider:
     cached until shortly before they expire.
     """
 
-    def __init__(self, *, token_endpoint_url: str, client_id: str, client_secret: str,
-                 scope: str | None = None, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        *,
+        token_endpoint_url: str,
+        client_id: str,
+        client_secret: str,
+        scope: str | None = None,
+        timeout_s: float = 10.0,
+    ) -> None:
         self._url = token_endpoint_url
         self._client_id = client_id
         self._client_secret = client_secret
@@ -64,13 +71,19 @@ class OidcClientCredentialsTokenProvider:
         return {}
 
     def _fetch(self) -> tuple[str, float]:
-        form = {"grant_type": "client_credentials", "client_id": self._client_id,
-                "client_secret": self._client_secret}
+        form = {
+            "grant_type": "client_credentials",
+            "client_id": self._client_id,
+            "client_secret": self._client_secret,
+        }
         if self._scope:
             form["scope"] = self._scope
         request = urllib.request.Request(
-            self._url, data=urllib.parse.urlencode(form).encode(), method="POST",
-            headers={"Content-Type": "application/x-www-form-urlencoded"})
+            self._url,
+            data=urllib.parse.urlencode(form).encode(),
+            method="POST",
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
         with urllib.request.urlopen(request, timeout=self._timeout_s) as response:
             body = json.load(response)
         token = body.get("access_token")
@@ -79,8 +92,9 @@ class OidcClientCredentialsTokenProvider:
         return token, float(body.get("expires_in", 300))
 
 
-def confluent_config(bootstrap_servers: str, properties: Mapping[str, str],
-                     request_timeout_ms: int) -> dict[str, Any]:
+def confluent_config(
+    bootstrap_servers: str, properties: Mapping[str, str], request_timeout_ms: int
+) -> dict[str, Any]:
     """Config for confluent-kafka clients: the librdkafka properties as given."""
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap_servers,
@@ -92,8 +106,9 @@ def confluent_config(bootstrap_servers: str, properties: Mapping[str, str],
     return config
 
 
-def kafka_python_config(bootstrap_servers: str, properties: Mapping[str, str],
-                        request_timeout_ms: int) -> dict[str, Any]:
+def kafka_python_config(
+    bootstrap_servers: str, properties: Mapping[str, str], request_timeout_ms: int
+) -> dict[str, Any]:
     """The same settings in kafka-python's names."""
     config: dict[str, Any] = {
         "bootstrap_servers": bootstrap_servers.split(","),
@@ -121,9 +136,17 @@ def _oauth_provider(properties: Mapping[str, str]) -> object:
     if method != "oidc":
         raise KafkaUnavailable(
             "OAUTHBEARER needs sasl.oauthbearer.method=oidc with sasl.oauthbearer.client.id, "
-            "sasl.oauthbearer.client.secret and sasl.oauthbearer.token.endpoint.url")
-    missing = [k for k in ("sasl.oauthbearer.client.id", "sasl.oauthbearer.client.secret",
-                           "sasl.oauthbearer.token.endpoint.url") if not properties.get(k)]
+            "sasl.oauthbearer.client.secret and sasl.oauthbearer.token.endpoint.url"
+        )
+    missing = [
+        k
+        for k in (
+            "sasl.oauthbearer.client.id",
+            "sasl.oauthbearer.client.secret",
+            "sasl.oauthbearer.token.endpoint.url",
+        )
+        if not properties.get(k)
+    ]
     if missing:
         raise KafkaUnavailable(f"OAUTHBEARER (oidc) is missing {', '.join(missing)}")
     inner = OidcClientCredentialsTokenProvider(

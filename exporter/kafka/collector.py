@@ -1,10 +1,31 @@
 """One collection cycle: everything the pipeline needs from one cluster, as a snapshot.
 
-Stages, each timed: metadata -> (configs and offsets over confluent-kafka) in parallel with
-(producers and transaction listings over kafka-python) -> transaction descriptions ->
-batch timestamps. The number of requests grows with the number of brokers, not partitions.
-Only a metadata failure loses the whole cycle; any other error loses only its part and is
-recorded in the snapshot.
+Stages, each timed (``ClusterSnapshot.stage_seconds``)::
+
+    metadata ─┬─ configs (DescribeConfigs + ApiVersions) ────────────────────────────┐
+              ├─ offsets (ListOffsets) ───────────────────────────────────────────────┤
+              ├─ visibility_probe (FindCoordinator + DescribeTransactions) ───────────┤
+              ├─ producers (DescribeProducers) ─┐                                     │
+              └─ list_transactions ─────────────┴─ describe_transactions ─┬─ reread_producers
+                                                                          └─ batch_timestamps
+
+Stages on different branches run at the same time; the number of requests grows with the
+number of brokers, not partitions. Only a metadata failure loses the whole cycle; any other
+error loses only its part and is recorded in the snapshot.
+
+Read-verify: after DescribeTransactions, DescribeProducers is read again for every partition
+that showed an open transaction in the first read (one request per leader of such a
+partition, none when no partition has an open transaction). The rows are
+``ClusterSnapshot.reread_producers`` and the partitions read are ``reread_partitions``; the
+pipeline keeps a hanging candidate only when the re-read still shows the same (producer id,
+start offset), so a transaction that completed between the two reads is never suspected.
+
+Cycle deadline: with ``collect(deadline_s=...)`` a cycle never runs past its deadline. Each
+stage gets a budget from the time left when it starts (:data:`STAGE_SHARES`), its request
+timeouts are shortened to that budget, and a stage still running when its budget is spent
+is cut: its part is recorded as ``CollectionError(api, "DEADLINE_EXCEEDED")`` and the
+snapshot is partial, like any other partial cycle. (The cut stage's requests end on their own
+shortly after; their answers are dropped.)
 """
 
 from __future__ import annotations
@@ -13,12 +34,14 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from exporter.kafka.admin import ClusterAdmin, ClusterMetadata, Collected
-from exporter.kafka.errors import KafkaUnavailable, error_name
+from exporter.kafka.admin import ClusterAdmin, ClusterMetadata
+from exporter.kafka.errors import DEADLINE_EXCEEDED, KafkaUnavailable
+from exporter.kafka.results import Collected, Gather, guarded
 from exporter.model import (
     OPEN_COORDINATOR_STATES,
     BatchTimestamp,
@@ -34,10 +57,51 @@ from exporter.model import (
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+#: Share of the time left (when the stage starts) each stage may use. Stages that others
+#: wait for get less, so that those still have time; stages nothing waits for get it all.
+STAGE_SHARES = {
+    "metadata": 0.5,
+    "producers": 0.6,
+    "list_transactions": 0.6,
+    "describe_transactions": 0.5,
+    "configs": 1.0,
+    "offsets": 1.0,
+    "visibility_probe": 1.0,
+    "reread_producers": 1.0,
+    "batch_timestamps": 1.0,
+}
+#: Requests of a stage end this long before its budget (at most), so that they time out on
+#: their own, per broker, and only a stage stuck elsewhere is cut.
+MAX_GRACE_S = 0.5
+GRACE_SHARE = 0.1
+#: Threads per collector: the five stages after metadata at once, plus stages cut in an
+#: earlier cycle whose requests have not ended yet.
+STAGE_WORKERS = 8
+REREAD_MESSAGE = "re-read after DescribeTransactions"
+
+
+@dataclass(frozen=True, slots=True)
+class _Budget:
+    """When a stage is cut (``cut_at``) and when its requests must end (``requests_by``)."""
+
+    cut_at: float | None
+    requests_by: float | None
+
 
 class _Stages:
-    def __init__(self) -> None:
+    def __init__(self, pool: ThreadPoolExecutor, deadline: float | None) -> None:
         self.seconds: dict[str, float] = {}
+        self._pool = pool
+        self.deadline = deadline
+
+    def budget(self, name: str) -> _Budget:
+        if self.deadline is None:
+            return _Budget(None, None)
+        now = time.monotonic()
+        left = max(0.0, self.deadline - now)
+        cut_at = now + left * STAGE_SHARES[name]
+        grace = min(MAX_GRACE_S, (cut_at - now) * GRACE_SHARE)
+        return _Budget(cut_at, cut_at - grace)
 
     def timed(self, name: str, fn: Callable[[], T]) -> T:
         started = time.monotonic()
@@ -46,14 +110,56 @@ class _Stages:
         finally:
             self.seconds[name] = time.monotonic() - started
 
+    def start(
+        self, name: str, api: str, fn: Callable[[float | None], Collected[T]]
+    ) -> Callable[[], Collected[T]]:
+        """Run ``fn(requests_by)`` on the pool now; the returned call waits for its result
+        until the stage's budget is spent, then cuts it."""
+        budget = self.budget(name)
+        started = time.monotonic()
+        future: Future[Collected[T]] = self._pool.submit(
+            lambda: self._finish(name, started, guarded(api, lambda: fn(budget.requests_by)))
+        )
+
+        def result() -> Collected[T]:
+            wait = None if budget.cut_at is None else max(0.0, budget.cut_at - time.monotonic())
+            try:
+                return future.result(timeout=wait)
+            except FutureTimeout:
+                self.seconds[name] = time.monotonic() - started
+                log.debug("stage %s cut at the cycle deadline after %.2f s", name, self.seconds[name])
+                return Collected(
+                    (),
+                    (
+                        CollectionError(
+                            api,
+                            DEADLINE_EXCEEDED,
+                            message=(
+                                f"stage {name} cut after {self.seconds[name]:.2f} s by the cycle deadline"
+                            ),
+                        ),
+                    ),
+                )
+
+        return result
+
+    def _finish(self, name: str, started: float, result: Collected[T]) -> Collected[T]:
+        self.seconds.setdefault(name, time.monotonic() - started)
+        return result
+
 
 class SnapshotCollector:
     """Builds a :class:`ClusterSnapshot` per call. Keeps only the batch-timestamp cache."""
 
-    def __init__(self, *, cluster: str, admin: ClusterAdmin,
-                 topic_filter: Callable[[str], bool] | None = None,
-                 read_batch_timestamps: bool = True,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        *,
+        cluster: str,
+        admin: ClusterAdmin,
+        topic_filter: Callable[[str], bool] | None = None,
+        read_batch_timestamps: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.cluster = cluster
         self.admin = admin
         self._topic_filter = topic_filter
@@ -63,159 +169,290 @@ class SnapshotCollector:
         #: Start offsets whose batch could not be read (e.g. OFFSET_OUT_OF_RANGE once retention
         #: passed it): tried once, reported once, then left to the LastTimestamp fallback.
         self._unreadable: set[tuple[str, int, int]] = set()
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"collect-{cluster}")
+        self._pool = ThreadPoolExecutor(max_workers=STAGE_WORKERS, thread_name_prefix=f"collect-{cluster}")
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.admin.close()
 
-    def collect(self, *, describe_extra: Iterable[str] = (),
-                partitions: Iterable[tuple[str, int]] | None = None) -> ClusterSnapshot:
+    def collect(
+        self,
+        *,
+        describe_extra: Iterable[str] = (),
+        partitions: Iterable[tuple[str, int]] | None = None,
+        deadline_s: float | None = None,
+    ) -> ClusterSnapshot:
         """One cycle. Raises KafkaUnavailable only when no metadata could be read.
 
         ``describe_extra``: transactional ids to describe in any state (the previous cycle's
         Ongoing transactions, for KIP-588 timeout-abort detection). ``partitions``: limit the
-        partition-level part to these (the CLI's --topic/--partition).
+        partition-level part to these (the CLI's --topic/--partition). ``deadline_s``: the
+        cycle returns within this many seconds, partial if need be (None: no deadline, each
+        request has the request timeout).
         """
         taken_at_ms = int(self._clock() * 1000)
-        stages = _Stages()
-        metadata = stages.timed("metadata", lambda: self.admin.metadata(self._topic_filter))
+        deadline = None if deadline_s is None else time.monotonic() + deadline_s
+        stages = _Stages(self._pool, deadline)
+        metadata_by = stages.budget("metadata").requests_by
+        metadata = stages.timed(
+            "metadata", lambda: self.admin.metadata(self._topic_filter, deadline=metadata_by)
+        )
         if partitions is not None:
             wanted = set(partitions)
-            metadata = replace(metadata,
-                               leaders={k: v for k, v in metadata.leaders.items() if k in wanted})
+            metadata = replace(metadata, leaders={k: v for k, v in metadata.leaders.items() if k in wanted})
         broker_ids = [b.broker_id for b in metadata.brokers]
-        confluent_part = self._pool.submit(self._configs_and_offsets, metadata, broker_ids, stages)
-        errors: list[CollectionError] = []
-        producers = stages.timed("producers", lambda: self._producers(metadata))
-        listed = stages.timed("list_transactions",
-                              lambda: self._guard("ListTransactions",
-                                                  lambda: self.admin.list_transactions(broker_ids)))
+        admin = self.admin
+
+        configs = stages.start(
+            "configs", "DescribeConfigs", lambda by: self._configs_with_features(broker_ids, by)
+        )
+        offsets = stages.start(
+            "offsets",
+            "ListOffsets",
+            lambda by: admin.offsets(metadata.leaders, metadata.leaders, deadline=by),
+        )
+        visibility = stages.start(
+            "visibility_probe", "DescribeTransactions", lambda by: admin.probe_visibility(deadline=by)
+        )
+        producers_pending = stages.start(
+            "producers", "DescribeProducers", lambda by: self._producers(metadata, by)
+        )
+        listed_pending = stages.start(
+            "list_transactions",
+            "ListTransactions",
+            lambda by: admin.list_transactions(broker_ids, deadline=by),
+        )
+
+        producers = producers_pending()
+        listed = listed_pending()
         if metadata.leaderless_transaction_state:
             # Every broker may answer, yet the ids of a leaderless __transaction_state
             # partition are listed by none: the listing is incomplete.
-            listed = Collected(listed.rows, (*listed.errors, *(
-                CollectionError("ListTransactions", "COORDINATOR_NOT_AVAILABLE",
-                                topic="__transaction_state", partition=p)
-                for p in metadata.leaderless_transaction_state)))
-        configs, offsets = confluent_part.result()
+            listed = Collected(
+                listed.rows,
+                (
+                    *listed.errors,
+                    *(
+                        CollectionError(
+                            "ListTransactions",
+                            "COORDINATOR_NOT_AVAILABLE",
+                            topic="__transaction_state",
+                            partition=p,
+                        )
+                        for p in metadata.leaderless_transaction_state
+                    ),
+                ),
+            )
         listed_ok = frozenset(broker_ids) - {e.broker_id for e in listed.errors if e.broker_id >= 0}
-        described = stages.timed("describe_transactions",
-                                 lambda: self._describe(listed.rows, producers.rows, describe_extra))
-        timestamps = stages.timed("batch_timestamps",
-                                  lambda: self._batch_timestamps(metadata, producers.rows,
-                                                                 listed.rows, described.rows))
-        for part in (configs, offsets, producers, listed, described, timestamps):
+        if any(e.broker_id < 0 and e.topic != "__transaction_state" for e in listed.errors):
+            listed_ok = frozenset()  # the whole stage failed: no broker's listing is known
+        described = stages.start(
+            "describe_transactions",
+            "DescribeTransactions",
+            lambda by: self._describe(listed.rows, producers.rows, describe_extra, by),
+        )()
+        reread_pending = stages.start(
+            "reread_producers", "DescribeProducers", lambda by: self._reread(metadata, producers.rows, by)
+        )
+        fetch_plan = self._plan_batch_timestamps(metadata, producers.rows, described.rows)
+        fetched = stages.start("batch_timestamps", "Fetch", lambda by: self._fetch(fetch_plan, by))()
+        timestamps = self._merge_batch_timestamps(fetch_plan, fetched)
+        reread, reread_ok = self._reread_result(metadata, producers.rows, reread_pending())
+        offsets_done = self._offsets_or_leaders(metadata, offsets())
+        configs_done = configs()
+        visible = visibility()
+
+        errors: list[CollectionError] = []
+        for part in (configs_done, offsets_done, visible, producers, listed, described, reread, timestamps):
             errors.extend(part.errors)
+        cut = sorted({e.api for e in errors if e.error == DEADLINE_EXCEEDED})
+        if cut:
+            log.warning(
+                "cycle for cluster %s reached its deadline (%.1f s): %s cut",
+                self.cluster,
+                deadline_s,
+                ", ".join(cut),
+            )
         return ClusterSnapshot(
             cluster=self.cluster,
             taken_at_ms=taken_at_ms,
             brokers=metadata.brokers,
-            broker_configs=configs.rows,
-            partitions=offsets.rows,
+            broker_configs=configs_done.rows,
+            partitions=offsets_done.rows,
             producers=producers.rows,
             listed_transactions=listed.rows,
             transactions=described.rows,
             batch_timestamps=timestamps.rows,
             errors=tuple(errors),
+            transactional_ids_visible=visible.rows[0] if visible.rows else None,
+            reread_producers=reread.rows,
+            reread_partitions=reread_ok,
             coordinators_listed=listed_ok,
             stage_seconds=tuple(sorted(stages.seconds.items())),
         )
 
     # -- stages ----------------------------------------------------------------------
 
-    def _guard(self, api: str, fn: Callable[[], Collected[T]]) -> Collected[T]:
-        """A stage that fails as a whole (client broken, cluster gone) becomes one error."""
-        try:
-            return fn()
-        except Exception as e:  # recorded and exported, never fatal to the cycle
-            log.warning("%s failed for cluster %s: %s", api, self.cluster, e)
-            return Collected((), (CollectionError(api, error_name(e), message=str(e)[:200]),))
-
-    def _configs_and_offsets(self, metadata: ClusterMetadata, broker_ids: list[int],
-                             stages: _Stages
-                             ) -> tuple[Collected[BrokerConfig], Collected[PartitionOffsets]]:
-        configs = stages.timed("configs", lambda: self._guard(
-            "DescribeConfigs", lambda: self._configs_with_features(broker_ids)))
-        offsets = stages.timed("offsets", lambda: self._guard(
-            "ListOffsets", lambda: self.admin.offsets(metadata.leaders, metadata.leaders)))
+    def _offsets_or_leaders(
+        self, metadata: ClusterMetadata, offsets: Collected[PartitionOffsets]
+    ) -> Collected[PartitionOffsets]:
+        """Keep every partition with its leader even when its offsets could not be read."""
         if offsets.rows or not metadata.leaders:
-            return configs, offsets
-        # Keep every partition with its leader even when its offsets could not be read.
-        rows = tuple(PartitionOffsets(t, p, leader) for (t, p), leader in
-                     sorted(metadata.leaders.items()))
-        return configs, Collected(rows, offsets.errors)
+            return offsets
+        rows = tuple(PartitionOffsets(t, p, leader) for (t, p), leader in sorted(metadata.leaders.items()))
+        return Collected(rows, offsets.errors)
 
-    def _configs_with_features(self, broker_ids: list[int]) -> Collected[BrokerConfig]:
-        configs = self.admin.broker_configs(broker_ids)
+    def _configs_with_features(
+        self, broker_ids: list[int], deadline: float | None
+    ) -> Collected[BrokerConfig]:
+        configs = self.admin.broker_configs(broker_ids, deadline=deadline)
         try:
-            version = self.admin.transaction_version()
-        except Exception as e:  # feature levels are a nice-to-have; count and go on
-            return Collected(configs.rows, (*configs.errors, CollectionError(
-                "ApiVersions", error_name(e), message=str(e)[:200])))
-        return Collected(tuple(replace(c, transaction_version=version) for c in configs.rows),
-                         configs.errors)
+            version = self.admin.transaction_version(deadline=deadline)
+        except Exception as e:  # the feature level is exported; its failure is counted
+            failed: Gather[BrokerConfig] = Gather("ApiVersions")
+            failed.fail(e)
+            return Collected(configs.rows, (*configs.errors, *failed.errors))
+        return Collected(tuple(replace(c, transaction_version=version) for c in configs.rows), configs.errors)
 
-    def _producers(self, metadata: ClusterMetadata) -> Collected[ProducerState]:
+    def _producers(self, metadata: ClusterMetadata, deadline: float | None) -> Collected[ProducerState]:
         by_leader: dict[int, list[tuple[str, int]]] = defaultdict(list)
         leaderless: list[CollectionError] = []
         for (topic, partition), leader in sorted(metadata.leaders.items()):
             if leader < 0:
-                leaderless.append(CollectionError("DescribeProducers", "LEADER_NOT_AVAILABLE",
-                                                  topic=topic, partition=partition))
+                leaderless.append(
+                    CollectionError(
+                        "DescribeProducers", "LEADER_NOT_AVAILABLE", topic=topic, partition=partition
+                    )
+                )
             else:
                 by_leader[leader].append((topic, partition))
-        result = self._guard("DescribeProducers", lambda: self.admin.describe_producers(by_leader))
+        if not by_leader:
+            return Collected((), tuple(leaderless))
+        result = guarded(
+            "DescribeProducers", lambda: self.admin.describe_producers(by_leader, deadline=deadline)
+        )
         return Collected(result.rows, (*result.errors, *leaderless))
 
-    def _describe(self, listed: tuple[ListedTransaction, ...],
-                  producers: tuple[ProducerState, ...],
-                  extra: Iterable[str]) -> Collected[TransactionDescription]:
+    def _describe(
+        self,
+        listed: tuple[ListedTransaction, ...],
+        producers: tuple[ProducerState, ...],
+        extra: Iterable[str],
+        deadline: float | None,
+    ) -> Collected[TransactionDescription]:
         open_pids = {p.producer_id for p in producers if p.current_txn_start_offset >= 0}
         wanted = set(extra)
         by_coordinator: dict[int, set[str]] = defaultdict(set)
         for t in listed:
-            if t.state in OPEN_COORDINATOR_STATES or t.producer_id in open_pids or (
-                    t.transactional_id in wanted):
+            if (
+                t.state in OPEN_COORDINATOR_STATES
+                or t.producer_id in open_pids
+                or (t.transactional_id in wanted)
+            ):
                 by_coordinator[t.coordinator_id].add(t.transactional_id)
         if not by_coordinator:
             return Collected(())
-        return self._guard("DescribeTransactions",
-                           lambda: self.admin.describe_transactions(by_coordinator))
+        return self.admin.describe_transactions(by_coordinator, deadline=deadline)
 
-    def _batch_timestamps(self, metadata: ClusterMetadata, producers: tuple[ProducerState, ...],
-                          listed: tuple[ListedTransaction, ...],
-                          described: tuple[TransactionDescription, ...]
-                          ) -> Collected[BatchTimestamp]:
-        """Read (once, then cached) the batch at the start offset of every open transaction
-        whose start time the coordinator does not give."""
+    @staticmethod
+    def _open_partitions_by_leader(
+        metadata: ClusterMetadata, producers: tuple[ProducerState, ...]
+    ) -> dict[int, list[tuple[str, int]]]:
+        by_leader: dict[int, set[tuple[str, int]]] = defaultdict(set)
+        for p in producers:
+            if p.current_txn_start_offset >= 0:
+                key = (p.topic, p.partition)
+                by_leader[metadata.leaders.get(key, p.broker_id)].add(key)
+        return {b: sorted(tps) for b, tps in sorted(by_leader.items()) if b >= 0}
+
+    def _reread(
+        self, metadata: ClusterMetadata, producers: tuple[ProducerState, ...], deadline: float | None
+    ) -> Collected[ProducerState]:
+        by_leader = self._open_partitions_by_leader(metadata, producers)
+        if not by_leader:
+            return Collected(())
+        return self.admin.describe_producers(by_leader, deadline=deadline)
+
+    def _reread_result(
+        self,
+        metadata: ClusterMetadata,
+        producers: tuple[ProducerState, ...],
+        reread: Collected[ProducerState],
+    ) -> tuple[Collected[ProducerState], frozenset[tuple[str, int]]]:
+        """The re-read rows (errors marked as the re-read's) and the partitions it verified."""
+        by_leader = self._open_partitions_by_leader(metadata, producers)
+        asked = {tp for tps in by_leader.values() for tp in tps}
+        failed: set[tuple[str, int]] = set()
+        for e in reread.errors:
+            if e.partition >= 0:
+                failed.add((e.topic, e.partition))
+            elif e.broker_id >= 0:
+                failed.update(by_leader.get(e.broker_id, ()))
+            else:
+                failed.update(asked)
+        errors = tuple(
+            replace(e, message=f"{REREAD_MESSAGE}: {e.message}" if e.message else REREAD_MESSAGE)
+            for e in reread.errors
+        )
+        rows = tuple(p for p in reread.rows if (p.topic, p.partition) in asked)
+        return Collected(rows, errors), frozenset(asked - failed)
+
+    def _plan_batch_timestamps(
+        self,
+        metadata: ClusterMetadata,
+        producers: tuple[ProducerState, ...],
+        described: tuple[TransactionDescription, ...],
+    ) -> dict[int, list[tuple[str, int, int]]]:
+        """The start offsets (per leader) of every open transaction whose start time the
+        coordinator does not give and whose batch was not read before. Prunes the cache."""
         covered = {
             (tp.topic, tp.partition, d.producer_id)
-            for d in described if d.error is None and d.state in OPEN_COORDINATOR_STATES
+            for d in described
+            if d.error is None and d.state in OPEN_COORDINATOR_STATES
             for tp in d.partitions
         }
-        open_keys = {(p.topic, p.partition, p.current_txn_start_offset): p for p in producers
-                     if p.current_txn_start_offset >= 0}
+        open_keys = {
+            (p.topic, p.partition, p.current_txn_start_offset): p
+            for p in producers
+            if p.current_txn_start_offset >= 0
+        }
         self._timestamps = {k: v for k, v in self._timestamps.items() if k in open_keys}
         self._unreadable &= set(open_keys)
+        missing: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
+        if not self._read_batch_timestamps:
+            return missing
+        for key, p in open_keys.items():
+            if (
+                key not in self._timestamps
+                and key not in self._unreadable
+                and (p.topic, p.partition, p.producer_id) not in covered
+            ):
+                missing[metadata.leaders.get((p.topic, p.partition), p.broker_id)].append(key)
+        return missing
+
+    def _fetch(
+        self, plan: dict[int, list[tuple[str, int, int]]], deadline: float | None
+    ) -> Collected[BatchTimestamp]:
+        if not plan:
+            return Collected(())
+        return self.admin.batch_timestamps(plan, deadline=deadline)
+
+    def _merge_batch_timestamps(
+        self, plan: dict[int, list[tuple[str, int, int]]], fetched: Collected[BatchTimestamp]
+    ) -> Collected[BatchTimestamp]:
+        """Cache what was read (on the collecting thread: a cut fetch changes nothing)."""
         if not self._read_batch_timestamps:
             return Collected(())
-        missing: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
-        for key, p in open_keys.items():
-            if (key not in self._timestamps and key not in self._unreadable
-                    and (p.topic, p.partition, p.producer_id) not in covered):
-                missing[metadata.leaders.get((p.topic, p.partition), p.broker_id)].append(key)
-        errors: tuple[CollectionError, ...] = ()
-        if missing:
-            fetched = self._guard("Fetch", lambda: self.admin.batch_timestamps(missing))
-            errors = fetched.errors
-            for row in fetched.rows:
-                self._timestamps[(row.topic, row.partition, row.offset)] = row.timestamp_ms
-            failed_partitions = {(e.topic, e.partition) for e in fetched.errors if e.partition >= 0}
-            self._unreadable.update(k for keys in missing.values() for k in keys
-                                    if (k[0], k[1]) in failed_partitions)
-        return Collected(tuple(BatchTimestamp(t, p, o, ts)
-                               for (t, p, o), ts in sorted(self._timestamps.items())), errors)
+        for row in fetched.rows:
+            self._timestamps[(row.topic, row.partition, row.offset)] = row.timestamp_ms
+        failed_partitions = {(e.topic, e.partition) for e in fetched.errors if e.partition >= 0}
+        self._unreadable.update(
+            k for keys in plan.values() for k in keys if (k[0], k[1]) in failed_partitions
+        )
+        return Collected(
+            tuple(BatchTimestamp(t, p, o, ts) for (t, p, o), ts in sorted(self._timestamps.items())),
+            fetched.errors,
+        )
 
 
 __all__ = ["KafkaUnavailable", "SnapshotCollector"]

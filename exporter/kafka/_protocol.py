@@ -1,0 +1,173 @@
+"""The one seam to kafka-python's internals.
+
+kafka-python serves the requests librdkafka has no admin call for (DescribeProducers,
+ListTransactions, DescribeTransactions, FindCoordinator, ApiVersions features, Fetch of one
+batch, WriteTxnMarkers, InitProducerId). Its public ``KafkaAdminClient`` wraps only some of
+them and retries on its own terms, so the request families build protocol messages
+themselves and send them through this module, which is the only place that touches
+kafka-python's private attributes:
+
+* ``KafkaNetClient._manager`` (the connection manager): ``run`` (run a coroutine on the I/O
+  thread), ``send`` (one request to one node, with a request timeout), ``wait_for`` (await
+  a future with a timeout), ``cluster.request_update`` and ``_auth_failures`` (the login
+  failure a node's connection recorded);
+* ``KafkaNetClient._net`` (the selector): ``sleep`` and ``stop`` (the I/O thread).
+
+:data:`INTERNALS` lists them; ``tests/unit/test_kafka_protocol.py`` checks that the
+installed kafka-python still has every one, so an upgrade that moves them fails a unit test
+instead of a cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from exporter.kafka.errors import KafkaUnavailable, error_name
+
+K = TypeVar("K")
+#: (class path, attribute) pairs of kafka-python this module relies on.
+INTERNALS = (
+    ("kafka.net.compat.KafkaNetClient", "_manager"),
+    ("kafka.net.compat.KafkaNetClient", "_net"),
+    ("kafka.net.manager.KafkaConnectionManager", "run"),
+    ("kafka.net.manager.KafkaConnectionManager", "send"),
+    ("kafka.net.manager.KafkaConnectionManager", "wait_for"),
+    ("kafka.net.manager.KafkaConnectionManager", "cluster"),
+    ("kafka.net.manager.KafkaConnectionManager", "_auth_failures"),
+    ("kafka.net.selector.NetworkSelector", "sleep"),
+    ("kafka.net.selector.NetworkSelector", "stop"),
+)
+#: How much longer than a request's own timeout its answer is awaited (the request times out
+#: on the connection first; this only guards against a lost callback).
+AWAIT_MARGIN_MS = 1000
+
+#: One reply of :meth:`ProtocolClient.send_all`: (key, broker id, response or exception).
+Reply = tuple[K, int, Any]
+
+
+class ProtocolClient:
+    """kafka-python's admin client for one cluster, reduced to what the families need."""
+
+    def __init__(self, admin: Any, network: Any) -> None:
+        self._admin = admin
+        self._network = network
+        self._closed = False
+
+    @property
+    def _manager(self) -> Any:
+        """The connection manager, for ``bench/collect_bench.py``'s request counter only."""
+        return self._network._manager
+
+    @classmethod
+    def connect(
+        cls, config: dict[str, Any], *, login_failure: Callable[[], str | None] = lambda: None
+    ) -> ProtocolClient:
+        """Bootstrap (kafka-python does it in its constructor, retrying a refused login until
+        ``bootstrap_timeout_ms``). On failure, raise KafkaUnavailable named after the login
+        failure a connection recorded, or else ``login_failure()`` (another client's view),
+        or else the exception, and stop the I/O thread the attempt started."""
+        from kafka import KafkaAdminClient
+        from kafka.net.compat import KafkaNetClient
+
+        made: list[Any] = []
+
+        def network_client(**configs: Any) -> Any:
+            made.append(KafkaNetClient(**configs))
+            return made[-1]
+
+        try:
+            admin = KafkaAdminClient(kafka_client=network_client, **config)
+        except Exception as e:
+            failures = [f for c in made for f in c._manager._auth_failures.values()]
+            for c in made:  # as KafkaAdminClient.close() does: the client, then its I/O thread
+                stop_network(c)
+            error = error_name(failures[0]) if failures else error_name(e)
+            if not failures:
+                # kafka-python often reports a failed SASL exchange as a lost socket.
+                error = login_failure() or error
+            bootstrap = ",".join(config.get("bootstrap_servers", []))
+            raise KafkaUnavailable(
+                f"cannot bootstrap from {bootstrap}: {error}: {failures[0] if failures else e}", error=error
+            ) from e
+        return cls(admin, made[-1])
+
+    def run(self, coro: Callable[..., Any], *args: Any) -> Any:
+        """Run ``coro(*args)`` on the client's I/O thread; block until it returns or raises."""
+        self._check_open()
+        return self._network._manager.run(coro, *args)
+
+    async def send_all(
+        self, requests: Sequence[tuple[K, int | None, Any]], timeout_ms: int
+    ) -> list[Reply[K]]:
+        """Send every request at once (broker None: any broker), then await each answer.
+
+        Returns (key, broker id, response or exception) in request order; a request that
+        could not be sent, failed or timed out has its exception in place of a response.
+        """
+        self._check_open()  # closed under us: the cycle is being stopped
+        manager = self._network._manager
+        in_flight: list[tuple[K, int, Any]] = []
+        for key, broker_id, request in requests:
+            try:
+                future = manager.send(request, node_id=broker_id, request_timeout_ms=timeout_ms)
+            except Exception as e:  # unknown broker id, auth failure cached for the node
+                manager.cluster.request_update()
+                future = e
+            in_flight.append((key, -1 if broker_id is None else broker_id, future))
+        results: list[Reply[K]] = []
+        for key, broker_id, future in in_flight:
+            if isinstance(future, BaseException):
+                results.append((key, broker_id, future))
+                continue
+            try:
+                response = await manager.wait_for(future, timeout_ms + AWAIT_MARGIN_MS)
+            except Exception as e:
+                response = e
+            results.append((key, broker_id, response))
+        return results
+
+    async def sleep(self, seconds: float) -> None:
+        await self._network._net.sleep(seconds)
+
+    def close(self) -> None:
+        self._closed = True
+        self._admin.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaUnavailable("the admin client is closed")
+
+
+def stop_network(network_client: Any) -> None:
+    """Close a network client that no admin client owns, and stop its I/O thread."""
+    network_client.close()
+    network_client._net.stop()
+
+
+def missing_internals() -> list[str]:
+    """The entries of :data:`INTERNALS` the installed kafka-python lacks (empty: all there).
+
+    Instance attributes are looked up on an instance made without connecting anywhere."""
+    import importlib
+
+    from kafka.net.compat import KafkaNetClient
+
+    probe = KafkaNetClient(bootstrap_servers=["127.0.0.1:1"])
+    try:
+        objects: dict[str, Any] = {
+            "kafka.net.compat.KafkaNetClient": probe,
+            "kafka.net.manager.KafkaConnectionManager": getattr(probe, "_manager", None),
+            "kafka.net.selector.NetworkSelector": getattr(probe, "_net", None),
+        }
+        missing = []
+        for path, attribute in INTERNALS:
+            module, _, name = path.rpartition(".")
+            cls = getattr(importlib.import_module(module), name, None)
+            if cls is None or not isinstance(objects[path], cls):
+                missing.append(path)
+            elif not hasattr(objects[path], attribute):
+                missing.append(f"{path}.{attribute}")
+        return missing
+    finally:
+        stop_network(probe)

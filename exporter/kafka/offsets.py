@@ -1,0 +1,74 @@
+"""Partition offsets (ListOffsets latest, both isolation levels, confluent-kafka)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from exporter.kafka.configs import RESULT_MARGIN_S
+from exporter.kafka.results import Collected, Gather, timeout_ms
+from exporter.model import PartitionOffsets
+
+
+def partition_offsets(
+    admin: Any,
+    partitions: Iterable[tuple[str, int]],
+    leaders: Mapping[tuple[str, int], int],
+    request_timeout_ms: int,
+    deadline: float | None,
+) -> Collected[PartitionOffsets]:
+    """High watermark and LSO of every partition; a partition whose offsets could not be read
+    has -1 for them, and one error (the first of its two reads that failed)."""
+    from confluent_kafka import IsolationLevel
+    from confluent_kafka import TopicPartition as CTopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    gather: Gather[PartitionOffsets] = Gather("ListOffsets")
+    tps = sorted(set(partitions))
+    if not tps:
+        return gather.result()
+    timeout_s = timeout_ms(request_timeout_ms, deadline, gather.api) / 1000
+    started = time.monotonic()
+    request = {CTopicPartition(t, p): OffsetSpec.latest() for t, p in tps}
+    pending = {
+        kind: admin.list_offsets(request, isolation_level=isolation, request_timeout=timeout_s)
+        for kind, isolation in (
+            ("hwm", IsolationLevel.READ_UNCOMMITTED),
+            ("lso", IsolationLevel.READ_COMMITTED),
+        )
+    }
+    values: dict[str, dict[tuple[str, int], int]] = {"hwm": {}, "lso": {}}
+    failed: set[tuple[str, int]] = set()
+    for kind, futures in pending.items():
+        for ctp, future in futures.items():
+            key = (ctp.topic, ctp.partition)
+            error: BaseException | str
+            try:
+                offset = int(future.result(timeout=timeout_s + RESULT_MARGIN_S).offset)
+            except Exception as e:
+                error = e
+            else:
+                if offset >= 0:
+                    values[kind][key] = offset
+                    continue
+                # librdkafka answers a request that timed out with offset -1001 (invalid),
+                # not an error; "latest" is never negative otherwise.
+                late = time.monotonic() - started >= timeout_s
+                error = "REQUEST_TIMED_OUT" if late else "OFFSET_NOT_AVAILABLE"
+            if key not in failed:
+                failed.add(key)
+                gather.fail(error, broker_id=leaders.get(key, -1), topic=key[0], partition=key[1], message="")
+    gather.add(
+        *(
+            PartitionOffsets(
+                topic=t,
+                partition=p,
+                leader=leaders.get((t, p), -1),
+                high_watermark=values["hwm"].get((t, p), -1),
+                last_stable_offset=values["lso"].get((t, p), -1),
+            )
+            for t, p in tps
+        )
+    )
+    return gather.result()
