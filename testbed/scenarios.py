@@ -468,7 +468,8 @@ def open_two_phase_commit_transaction(
 def force_terminate(bootstrap_servers: str, transactional_id: str) -> tuple[int, int]:
     """Abort whatever transaction ``transactional_id`` has open, 2PC or not, the way
     Admin.forceTerminateTransaction does (InitProducerId v6, Enable2Pc false, KeepPreparedTxn
-    false): the producer is fenced. Returns ``(producer id, new epoch)``."""
+    false): the producer is fenced. The coordinator completes the abort before it answers,
+    so the id is then Empty with a bumped epoch. Returns ``(producer id, new epoch)``."""
     with RawClient(bootstrap_servers) as raw:
         _, producer_id, epoch = raw.init_producer_id(transactional_id, enable_2pc=False,
                                                      keep_prepared_txn=False)  # fmt: skip
