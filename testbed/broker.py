@@ -235,6 +235,22 @@ def _stop_live_clusters() -> None:
         cluster.stop()
 
 
+def _wait_all_threads_stopped(pid: int, timeout_s: float = 10.0) -> None:
+    """SIGSTOP is delivered asynchronously: on a loaded machine a running thread may still
+    answer a request for a moment. Wait until every thread of ``pid`` is stopped (Linux)."""
+    tasks = Path(f"/proc/{pid}/task")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks.iterdir()]
+        except (OSError, IndexError):
+            return  # not Linux, or the process is gone
+        if all(state in ("T", "t") for state in states):
+            return
+        time.sleep(0.05)
+    log.warning("process %d: not every thread stopped after %.0f s", pid, timeout_s)
+
+
 def plain_jaas_server_config(users: Mapping[str, str]) -> str:
     """The broker side PLAIN JAAS line for ``{user: password}``."""
     for user, password in users.items():
@@ -466,6 +482,7 @@ class KafkaCluster:
             raise RuntimeError(f"Kafka node {node_id} is not running")
         self._signal_group(node.process, signal.SIGSTOP)
         node.paused = True
+        _wait_all_threads_stopped(node.process.pid)
 
     def resume_broker(self, node_id: int) -> None:
         """SIGCONT a paused node."""
