@@ -29,6 +29,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from testbed.maven import KafkaDistribution, fetch
+from testbed.proxy import DelayProxy
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,13 @@ RESERVED_LISTENERS = ("PLAINTEXT", "CONTROLLER")
 STORAGE_TOOL = "kafka.tools.StorageTool"
 BROKER_MAIN = "kafka.Kafka"
 LOG_TAIL_LINES = 60
+#: KRaft's own authorizer (``authorizer=True``).
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+#: The principal of the test bed's PLAINTEXT and CONTROLLER listeners: a super user when
+#: the authorizer is on, so set-up, scenarios and Kafka's tools keep working.
+SUPER_USER = "User:ANONYMOUS"
+#: The SASL_PLAINTEXT (PLAIN) listener that ``sasl_users`` adds.
+SASL_LISTENER = "SASL"
 
 
 class BrokerStartError(RuntimeError):
@@ -133,6 +141,9 @@ class Listener:
 
     security_protocol: str
     properties: Mapping[str, str] = field(default_factory=dict)
+    #: Advertise a :class:`~testbed.proxy.DelayProxy` port instead of the listener's own,
+    #: so every client of this listener can be slowed down (``KafkaCluster.set_latency``).
+    via_proxy: bool = False
 
     def __post_init__(self) -> None:
         if self.security_protocol not in SECURITY_PROTOCOLS:
@@ -152,17 +163,29 @@ class BrokerNode:
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     #: extra listener name -> its port on this node
     listener_ports: dict[str, int] = field(default_factory=dict)
+    #: extra listener name -> the port of its delay proxy (``Listener.via_proxy``)
+    proxy_ports: dict[str, int] = field(default_factory=dict)
+    paused: bool = False
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def listener_port(self, name: str) -> int:
-        """The port of the extra listener ``name`` (case-insensitive) on this node."""
+        """The port clients use for the extra listener ``name`` (case-insensitive) on this
+        node: its proxy's port when the listener goes through a delay proxy."""
+        key = name.upper()
+        if key in self.proxy_ports:
+            return self.proxy_ports[key]
         try:
-            return self.listener_ports[name.upper()]
+            return self.listener_ports[key]
         except KeyError:
             raise KeyError(f"node {self.node_id} has no listener {name!r}") from None
+
+    @property
+    def pid(self) -> int | None:
+        """The JVM's pid while it runs."""
+        return self.process.pid if self.process is not None and self.running else None
 
     @property
     def ports(self) -> tuple[int, ...]:
@@ -212,6 +235,32 @@ def _stop_live_clusters() -> None:
         cluster.stop()
 
 
+def _wait_all_threads_stopped(pid: int, timeout_s: float = 10.0) -> None:
+    """SIGSTOP is delivered asynchronously: on a loaded machine a running thread may still
+    answer a request for a moment. Wait until every thread of ``pid`` is stopped (Linux)."""
+    tasks = Path(f"/proc/{pid}/task")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks.iterdir()]
+        except (OSError, IndexError):
+            return  # not Linux, or the process is gone
+        if all(state in ("T", "t") for state in states):
+            return
+        time.sleep(0.05)
+    log.warning("process %d: not every thread stopped after %.0f s", pid, timeout_s)
+
+
+def plain_jaas_server_config(users: Mapping[str, str]) -> str:
+    """The broker side PLAIN JAAS line for ``{user: password}``."""
+    for user, password in users.items():
+        if not user.replace("-", "").replace("_", "").isalnum() or '"' in password:
+            raise ValueError(f"SASL user {user!r}: letters, digits, - and _ only; no quote "
+                             "in the password")  # fmt: skip
+    entries = " ".join(f'user_{user}="{password}"' for user, password in users.items())
+    return f"org.apache.kafka.common.security.plain.PlainLoginModule required {entries};"
+
+
 class KafkaCluster:
     """``N`` KRaft nodes (each broker+controller) on loopback. Use as a context manager.
 
@@ -232,6 +281,9 @@ class KafkaCluster:
         extra_listeners: Mapping[str, str | Listener] | None = None,
         transaction_max_timeout_ms: int | None = None,
         abort_timed_out_transaction_cleanup_interval_ms: int | None = None,
+        authorizer: bool = False,
+        sasl_users: Mapping[str, str] | None = None,
+        super_users: tuple[str, ...] = (),
         heap: str = "512m",
         startup_timeout_s: float = 120.0,
         stop_timeout_s: float = 20.0,
@@ -253,7 +305,21 @@ class KafkaCluster:
             self.overrides["transaction.abort.timed.out.transaction.cleanup.interval.ms"] = str(
                 abort_timed_out_transaction_cleanup_interval_ms
             )
-        self.listeners = self._check_listeners(extra_listeners or {})
+        self.authorizer = authorizer
+        self.sasl_users = dict(sasl_users or {})
+        self.super_users = (SUPER_USER, *super_users)
+        listeners: dict[str, str | Listener] = dict(extra_listeners or {})
+        if self.sasl_users:
+            if SASL_LISTENER in {name.upper() for name in listeners}:
+                raise ValueError(f"sasl_users adds the listener {SASL_LISTENER}: do not give it")
+            listeners[SASL_LISTENER] = Listener("SASL_PLAINTEXT", {
+                "sasl.enabled.mechanisms": "PLAIN",
+                "plain.sasl.jaas.config": plain_jaas_server_config(self.sasl_users),
+            })  # fmt: skip
+        if self.authorizer:
+            self.overrides.setdefault("authorizer.class.name", STANDARD_AUTHORIZER)
+            self.overrides.setdefault("super.users", ";".join(self.super_users))
+        self.listeners = self._check_listeners(listeners)
         self.nodes: dict[int, BrokerNode] = {
             node_id: BrokerNode(
                 node_id=node_id,
@@ -262,8 +328,14 @@ class KafkaCluster:
                 jmx_port=free_port(),
                 work_dir=self.work_dir / f"node-{node_id}",
                 listener_ports={name: free_port() for name in self.listeners},
+                proxy_ports={name: free_port() for name, spec in self.listeners.items() if spec.via_proxy},
             )
             for node_id in range(1, brokers + 1)
+        }
+        self.proxies: dict[tuple[int, str], DelayProxy] = {
+            (node.node_id, name): DelayProxy(port, node.listener_ports[name])
+            for node in self.nodes.values()
+            for name, port in node.proxy_ports.items()
         }
         self._admin: AdminClient | None = None
 
@@ -275,9 +347,7 @@ class KafkaCluster:
 
     def bootstrap_for(self, listener: str) -> str:
         """Bootstrap servers of the extra listener ``listener`` (case-insensitive)."""
-        return ",".join(
-            f"127.0.0.1:{node.listener_port(listener)}" for node in self.nodes.values()
-        )
+        return ",".join(f"127.0.0.1:{node.listener_port(listener)}" for node in self.nodes.values())
 
     @property
     def replication_factor(self) -> int:
@@ -296,6 +366,41 @@ class KafkaCluster:
             self._admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "logger": log})
         return self._admin
 
+    def sasl_client_config(self, user: str) -> dict[str, str]:
+        """confluent-kafka (librdkafka) settings for ``user`` on the SASL listener."""
+        return {
+            "bootstrap.servers": self.bootstrap_for(SASL_LISTENER),
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": user,
+            "sasl.password": self._password(user),
+        }
+
+    def client_properties_file(self, user: str) -> Path:
+        """A Java client properties file (``--command-config``) for ``user`` on the SASL
+        listener; use it with :meth:`bootstrap_for` ``(SASL_LISTENER)``."""
+        path = self.work_dir / f"client-{user}.properties"
+        jaas = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+                f'username="{user}" password="{self._password(user)}";')  # fmt: skip
+        path.write_text(f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config={jaas}\n")
+        return path
+
+    def _password(self, user: str) -> str:
+        try:
+            return self.sasl_users[user]
+        except KeyError:
+            raise KeyError(f"no SASL user {user!r} on this cluster") from None
+
+    def set_latency(self, delay_s: float, *, node_id: int | None = None,
+                    listener: str | None = None) -> None:  # fmt: skip
+        """Added latency per request on proxied listeners (all nodes, or one)."""
+        for (proxy_node, name), proxy in self.proxies.items():
+            if node_id in (None, proxy_node) and listener in (None, name, name.lower()):
+                proxy.delay_s = delay_s
+
+    def proxy(self, node_id: int, listener: str) -> DelayProxy:
+        return self.proxies[(node_id, listener.upper())]
+
     def __enter__(self) -> Self:
         self.start()
         return self
@@ -313,6 +418,8 @@ class KafkaCluster:
         _LIVE_CLUSTERS.add(self)
         started = time.monotonic()
         try:
+            for proxy in self.proxies.values():
+                proxy.start()
             self._format_all()
             for node in self.nodes.values():
                 self._launch(node)
@@ -331,9 +438,12 @@ class KafkaCluster:
         # and would wait out its controlled shutdown.
         for node in self.nodes.values():
             if node.process is not None and node.process.poll() is None:
+                self._continue(node)
                 self._signal_group(node.process, signal.SIGTERM)
         for node in self.nodes.values():
             self._terminate(node)
+        for proxy in self.proxies.values():
+            proxy.stop()
         self._admin = None
         _LIVE_CLUSTERS.discard(self)
         if self._own_work_dir and self.work_dir.exists() and not os.environ.get("KTE_KEEP_LOGS"):
@@ -344,12 +454,44 @@ class KafkaCluster:
         self._terminate(self.nodes[node_id])
 
     def start_broker(self, node_id: int) -> None:
-        """Restart a stopped node and wait until it is back in the metadata."""
+        """Restart a stopped (or killed) node and wait until it is back in the metadata."""
         node = self.nodes[node_id]
         if node.running:
             return
         self._launch(node)
         self.wait_until_ready({node_id})
+
+    def kill_broker(self, node_id: int) -> None:
+        """SIGKILL one node (no controlled shutdown, no flush) and wait until it is gone;
+        :meth:`start_broker` brings it back (log recovery on start)."""
+        node = self.nodes[node_id]
+        proc = node.process
+        if proc is None:
+            return
+        node.process = None
+        node.paused = False
+        self._signal_group(proc, signal.SIGKILL)
+        proc.wait(timeout=30)
+        self._wait_port_closed(node)
+
+    def pause_broker(self, node_id: int) -> None:
+        """SIGSTOP one node: its ports still accept connections (the kernel completes the
+        handshake) but nothing is ever answered, until :meth:`resume_broker`."""
+        node = self.nodes[node_id]
+        if node.process is None or not node.running:
+            raise RuntimeError(f"Kafka node {node_id} is not running")
+        self._signal_group(node.process, signal.SIGSTOP)
+        node.paused = True
+        _wait_all_threads_stopped(node.process.pid)
+
+    def resume_broker(self, node_id: int) -> None:
+        """SIGCONT a paused node."""
+        self._continue(self.nodes[node_id])
+
+    def _continue(self, node: BrokerNode) -> None:
+        if node.paused and node.process is not None:
+            self._signal_group(node.process, signal.SIGCONT)
+        node.paused = False
 
     def log_tails(self) -> str:
         return "\n".join(node.log_tail() for node in self.nodes.values())
@@ -365,10 +507,14 @@ class KafkaCluster:
             [f"PLAINTEXT://127.0.0.1:{node.port}"]
             + [f"{name}://{address}" for name, address in extra.items()]
         )
+        bound = ",".join(
+            [f"PLAINTEXT://127.0.0.1:{node.port}"]
+            + [f"{name}://127.0.0.1:{port}" for name, port in node.listener_ports.items()]
+        )
         props = {
             "process.roles": "broker,controller",
             "node.id": str(node_id),
-            "listeners": f"{advertised},CONTROLLER://127.0.0.1:{node.controller_port}",
+            "listeners": f"{bound},CONTROLLER://127.0.0.1:{node.controller_port}",
             "advertised.listeners": advertised,
             "listener.security.protocol.map": ",".join(
                 ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
@@ -417,9 +563,7 @@ class KafkaCluster:
         if self._uses_standalone_format():
             node = self.nodes[1]
             return {"controller.quorum.bootstrap.servers": f"127.0.0.1:{node.controller_port}"}
-        voters = ",".join(
-            f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes.values()
-        )
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes.values())
         return {"controller.quorum.voters": voters}
 
     def _java(self, classpath: str, *args: str) -> list[str]:
@@ -544,8 +688,7 @@ class KafkaCluster:
             if not node.running:
                 code = node.process.returncode if node.process else None
                 raise BrokerStartError(
-                    f"Kafka node {node_id} exited (code {code}) during start-up\n"
-                    + node.log_tail()
+                    f"Kafka node {node_id} exited (code {code}) during start-up\n" + node.log_tail()
                 )
 
     def live_broker_ids(self) -> set[int]:

@@ -147,13 +147,19 @@ def _opt_int(value: str) -> int | None:
 class TransactionsCommand:
     """``kafka-transactions.sh`` against one cluster."""
 
-    def __init__(self, dist: KafkaDistribution, bootstrap_servers: str) -> None:
+    def __init__(self, dist: KafkaDistribution, bootstrap_servers: str,
+                 *, command_config: Path | None = None) -> None:  # fmt: skip
+        """``command_config``: a client properties file (SASL, TLS), e.g. from
+        ``KafkaCluster.client_properties_file(user)``, to run the tool as that principal."""
         self.dist = dist
         self.bootstrap_servers = bootstrap_servers
+        self.command_config = command_config
 
     def run(self, *args: str) -> str:
+        config = [] if self.command_config is None else ["--command-config",
+                                                          str(self.command_config)]  # fmt: skip
         return run_tool(self.dist, TRANSACTIONS_COMMAND,
-                        ["--bootstrap-server", self.bootstrap_servers, *args])  # fmt: skip
+                        ["--bootstrap-server", self.bootstrap_servers, *config, *args])  # fmt: skip
 
     def list_transactions(self) -> list[ListedTxn]:
         return [
@@ -224,6 +230,11 @@ class TransactionsCommand:
             )
             for row in parse_table(self.run(*args))
         ]
+
+    def force_terminate(self, transactional_id: str) -> str:
+        """Admin.forceTerminateTransaction (4.1+): fence the id's producer and abort its open
+        transaction, 2PC or not (needs Write on the transactional id)."""
+        return self.run("forceTerminateTransaction", "--transactionalId", transactional_id)
 
     def abort(self, topic: str, partition: int, start_offset: int) -> str:
         """Abort the open transaction starting at ``start_offset`` (WriteTxnMarkers)."""

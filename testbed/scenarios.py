@@ -9,6 +9,12 @@
   (KIP-588: CompleteAbort with a bumped epoch).
 * :func:`produce_plain`: non-transactional records, e.g. to grow LastStableOffsetLag
   behind an open transaction.
+* :func:`open_invisible_transaction`: a legitimate transaction of an application user
+  whose id a "team" principal cannot Describe (authorizer clusters, issue 10 item 1).
+* :func:`open_two_phase_commit_transaction`: a KIP-939 two-phase-commit transaction, left
+  open (raw protocol: InitProducerId v6 with Enable2Pc), and :func:`force_terminate`.
+* :func:`run_timeout_then_reinit`: KIP-588 the way a producer recovers: its transaction is
+  timed out by the coordinator and it re-initialises at once (epoch bumped again).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -33,7 +39,7 @@ from confluent_kafka.admin import (
 from kafka.protocol.producer import ProduceRequest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from testbed.broker import KafkaCluster
+from testbed.broker import SASL_LISTENER, KafkaCluster
 from testbed.rawclient import CoordinatorTransaction, RawClient
 
 log = logging.getLogger(__name__)
@@ -106,6 +112,7 @@ class OpenTransaction:
         transactional_id: str | None = None,
         transaction_timeout_ms: int = 60_000,
         timeout_s: float = 30.0,
+        client_config: Mapping[str, object] | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -118,6 +125,7 @@ class OpenTransaction:
             **{
                 "transactional.id": self.transactional_id,
                 "transaction.timeout.ms": transaction_timeout_ms,
+                **(client_config or {}),
             },
         ))  # fmt: skip
 
@@ -133,9 +141,16 @@ class OpenTransaction:
         if self.is_open:
             self.abort()
 
-    def begin(self, *, records: int = 1) -> Self:
-        """init_transactions, begin_transaction, and write ``records`` records (flushed)."""
+    def init(self) -> Self:
+        """init_transactions only (InitProducerId: the id is Empty with a bumped epoch)."""
         self._producer.init_transactions(self.timeout_s)
+        return self
+
+    def begin(self, *, records: int = 1, init: bool = True) -> Self:
+        """init_transactions (unless ``init`` is False: done already), begin_transaction,
+        and write ``records`` records (flushed)."""
+        if init:
+            self._producer.init_transactions(self.timeout_s)
         self._producer.begin_transaction()
         self.is_open = True
         self.produce(records)
@@ -159,9 +174,10 @@ class OpenTransaction:
 
 
 def produce_plain(bootstrap_servers: str, topic: str, *, partition: int = 0,
-                  records: int = 10, timeout_s: float = 30.0) -> None:  # fmt: skip
+                  records: int = 10, timeout_s: float = 30.0,
+                  client_config: Mapping[str, object] | None = None) -> None:  # fmt: skip
     """Write ``records`` non-transactional records to one partition."""
-    producer = Producer(_producer_config(bootstrap_servers, acks="all"))
+    producer = Producer(_producer_config(bootstrap_servers, acks="all", **(client_config or {})))
     for _ in range(records):
         producer.produce(topic, value=b"plain", partition=partition)
     remaining = producer.flush(timeout_s)
@@ -277,9 +293,7 @@ def create_hanging_transaction(
     """
     leader = cluster.leader_of(topic, partition)
     # Coordinator and leader on different brokers when the cluster has more than one.
-    txn_id = transactional_id or cluster.transactional_id_coordinated_by(
-        "kte-hanging", avoid={leader}
-    )
+    txn_id = transactional_id or cluster.transactional_id_coordinated_by("kte-hanging", avoid={leader})
     timestamp_ms = int(time.time() * 1000) - backdate_ms
     set_verification(cluster, leader, False)
     try:
@@ -355,15 +369,207 @@ def run_coordinator_timeout(
     return TimedOutTransaction(topic, partition, ongoing, aborted)
 
 
+# -- least privilege: a transaction another principal cannot see (issue 10, item 1) -------
+
+
+def open_invisible_transaction(
+    cluster: KafkaCluster,
+    topic: str,
+    *,
+    partition: int = 0,
+    records: int = 1,
+    transaction_timeout_ms: int = 600_000,
+) -> OpenTransaction:
+    """A legitimate transaction of :data:`~testbed.acls.APP_USER`, begun and left open.
+
+    Needs a cluster with ``authorizer=True`` and the test SASL users. Grants the
+    application's own ACLs (Write/Describe on the ``app-`` transactional-id prefix and on
+    ``topic``); a principal whose grant is Describe on another prefix (the team grant) does
+    not see the id in ListTransactions, DescribeTransactions answers it
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED, yet the partition shows the open transaction to
+    anyone with Read on the topic. The caller commits or aborts it (``with`` aborts).
+    """
+    from testbed import acls
+
+    acls.grant(cluster, acls.application_acls(acls.user(acls.APP_USER), topic))
+    txn = OpenTransaction(
+        cluster.bootstrap_for(SASL_LISTENER), topic, partition=partition,
+        transactional_id=unique_id(acls.APP_TRANSACTIONAL_ID_PREFIX + "orders"),
+        transaction_timeout_ms=transaction_timeout_ms,
+        client_config=cluster.sasl_client_config(acls.APP_USER),
+    )  # fmt: skip
+    try:
+        txn.begin(records=records)
+    except BaseException:
+        if txn.is_open:
+            txn.abort()
+        raise
+    return txn
+
+
+# -- two-phase commit (KIP-939) -------------------------------------------------------------
+
+#: What DescribeTransactions shows as the timeout of a 2PC transaction (Int.MaxValue).
+TWO_PHASE_COMMIT_TIMEOUT_MS = 2_147_483_647
+#: Broker properties that let a 4.1-4.4 broker serve InitProducerId v6 with Enable2Pc.
+TWO_PHASE_COMMIT_BROKER_PROPERTIES = {
+    "transaction.two.phase.commit.enable": "true",
+    "unstable.api.versions.enable": "true",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TwoPhaseCommitTransaction:
+    """An open (prepared, from the client's point of view) 2PC transaction."""
+
+    transactional_id: str
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    start_offset: int
+    leader: int
+    coordinator: int
+
+
+def open_two_phase_commit_transaction(
+    cluster: KafkaCluster,
+    topic: str,
+    *,
+    partition: int = 0,
+    transactional_id: str | None = None,
+    records: int = 1,
+    bootstrap_servers: str | None = None,
+) -> TwoPhaseCommitTransaction:
+    """Open a KIP-939 two-phase-commit transaction and leave it open.
+
+    InitProducerId v6 with Enable2Pc (the coordinator sets the timeout to Int.MaxValue),
+    AddPartitionsToTxn for the partition, then a transactional Produce of ``records``
+    records: DescribeTransactions shows it Ongoing with TransactionTimeoutMs 2147483647, and
+    the coordinator never times it out. A 2PC client "prepares" by flushing and keeping it
+    open, so this is what a prepared transaction looks like from the brokers. Needs
+    :data:`TWO_PHASE_COMMIT_BROKER_PROPERTIES`; end it with :func:`force_terminate`.
+    """
+    leader = cluster.leader_of(topic, partition)
+    txn_id = transactional_id or cluster.transactional_id_coordinated_by("kte-2pc",
+                                                                         avoid={leader})  # fmt: skip
+    with RawClient(bootstrap_servers or cluster.bootstrap_servers) as raw:
+        coordinator, producer_id, epoch = raw.init_producer_id(txn_id, enable_2pc=True)
+        raw.add_partitions_to_txn(txn_id, producer_id, epoch, [(topic, partition)])
+        batch = transactional_batch(producer_id, epoch, records=records,
+                                    timestamp_ms=int(time.time() * 1000))  # fmt: skip
+        offset = _produce_raw(raw, leader, txn_id, topic, partition, batch)
+    txn = TwoPhaseCommitTransaction(txn_id, topic, partition, producer_id, epoch, offset,
+                                    leader, coordinator)  # fmt: skip
+    log.info("two-phase-commit transaction open: %s", txn)
+    return txn
+
+
+def force_terminate(bootstrap_servers: str, transactional_id: str) -> tuple[int, int]:
+    """Abort whatever transaction ``transactional_id`` has open, 2PC or not, the way
+    Admin.forceTerminateTransaction does (InitProducerId v6, Enable2Pc false, KeepPreparedTxn
+    false): the producer is fenced. The coordinator completes the abort before it answers,
+    so the id is then Empty with a bumped epoch. Returns ``(producer id, new epoch)``."""
+    with RawClient(bootstrap_servers) as raw:
+        _, producer_id, epoch = raw.init_producer_id(transactional_id, enable_2pc=False,
+                                                     keep_prepared_txn=False)  # fmt: skip
+    return producer_id, epoch
+
+
+# -- KIP-588: timed out by the coordinator, re-initialised at once ------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReinitializedTransaction:
+    """A transaction the coordinator timed out, and what the producer did right after."""
+
+    topic: str
+    partition: int
+    ongoing: CoordinatorTransaction  # before the timeout
+    aborted: CoordinatorTransaction  # the first state seen after it (bumped epoch)
+    final: CoordinatorTransaction  # after the immediate re-init (and new transaction)
+    deadline_ms: int  # start time + timeout: when the coordinator may abort it
+    reopened: bool
+
+    @property
+    def transactional_id(self) -> str:
+        return self.ongoing.transactional_id
+
+
+def run_timeout_then_reinit(
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    partition: int = 0,
+    transactional_id: str | None = None,
+    transaction_timeout_ms: int = 2_000,
+    reopen: bool = True,
+    poll_interval_s: float = 0.05,
+    wait_timeout_s: float = 60.0,
+    client_config: Mapping[str, object] | None = None,
+) -> tuple[ReinitializedTransaction, OpenTransaction | None]:
+    """KIP-588 as a recovering producer lives it.
+
+    Begin a transaction with a short timeout and go quiet; poll DescribeTransactions every
+    ``poll_interval_s`` until the coordinator has aborted it (epoch bumped, PrepareAbort or
+    CompleteAbort); then at once InitProducerId again with the same id (a new producer
+    instance: epoch bumped once more) and, with ``reopen``, begin a new transaction. The id
+    spends only milliseconds in PrepareAbort/CompleteAbort, so an observer polling every few
+    seconds sees Ongoing, then Empty (``reopen=False``) or a new Ongoing with a higher epoch.
+
+    Returns the observations and the new producer (open when ``reopen``; the caller ends
+    it), or None when not reopened.
+    """
+    txn_id = transactional_id or unique_id("kte-reinit")
+    first = OpenTransaction(bootstrap_servers, topic, partition=partition,
+                            transactional_id=txn_id,
+                            transaction_timeout_ms=transaction_timeout_ms,
+                            client_config=client_config)  # fmt: skip
+    first.begin(records=1)
+    raw_bootstrap = bootstrap_servers
+    ongoing = wait_for_transaction_state(raw_bootstrap, txn_id, {"Ongoing"})
+    deadline = time.monotonic() + wait_timeout_s
+    with RawClient(raw_bootstrap) as raw:
+        while True:
+            seen = raw.describe_transaction(txn_id)
+            if seen.producer_epoch != ongoing.producer_epoch or seen.state != "Ongoing":
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{txn_id} not timed out by its coordinator in "
+                                   f"{wait_timeout_s} s")  # fmt: skip
+            time.sleep(poll_interval_s)
+    first.is_open = False  # fenced by the coordinator's abort
+    second = OpenTransaction(bootstrap_servers, topic, partition=partition,
+                             transactional_id=txn_id, client_config=client_config)  # fmt: skip
+    if reopen:
+        second.begin(records=1)
+    else:
+        second.init()
+    with RawClient(raw_bootstrap) as raw:
+        final = raw.describe_transaction(txn_id)
+    result = ReinitializedTransaction(
+        topic, partition, ongoing, seen, final,
+        deadline_ms=ongoing.start_time_ms + ongoing.timeout_ms, reopened=reopen,
+    )  # fmt: skip
+    log.info("timed out and re-initialised: %s", result)
+    return result, (second if reopen else None)
+
+
 __all__ = [
     "DEFAULT_LATE_BACKDATE_MS",
     "HangingTransaction",
     "OpenTransaction",
+    "ReinitializedTransaction",
     "TimedOutTransaction",
     "TransactionRun",
+    "TwoPhaseCommitTransaction",
     "create_hanging_transaction",
+    "force_terminate",
+    "open_invisible_transaction",
+    "open_two_phase_commit_transaction",
     "produce_plain",
     "run_coordinator_timeout",
+    "run_timeout_then_reinit",
     "run_transaction",
     "set_verification",
     "transactional_batch",

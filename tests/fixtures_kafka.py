@@ -11,6 +11,13 @@ Fixtures
                     else on ``kafka``.
 ``transactions_cli`` Kafka's ``kafka-transactions.sh`` on the test's cluster.
 ``hanging``         creates hanging transactions and aborts them (Kafka's tool) at teardown.
+``kafka_acl``       session: a single node with KRaft's StandardAuthorizer, a super user for
+                    the test bed's PLAINTEXT listener and a SASL_PLAINTEXT (PLAIN) listener
+                    with the users of ``testbed.acls.TEST_SASL_USERS``.
+``kafka_2pc``       session: a single node that serves two-phase-commit InitProducerId
+                    (Kafka 4.1+; skips the test on older versions).
+``kafka_faults``    session: a single node whose ``SLOW`` listener goes through a delay proxy,
+                    for fault tests that pause, kill or slow it (each test restores it).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import re
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -35,10 +43,12 @@ with warnings.catch_warnings():
     importlib.import_module("kafka.protocol")
 
 # The imports below pull in kafka-python, which the guarded import above loaded already.
-from testbed.broker import BrokerStartError, KafkaCluster  # noqa: E402
+from testbed.acls import TEST_SASL_USERS  # noqa: E402
+from testbed.broker import BrokerStartError, KafkaCluster, Listener  # noqa: E402
 from testbed.maven import KafkaDistribution, fetch  # noqa: E402
 from testbed.oracles import ToolError, TransactionsCommand  # noqa: E402
 from testbed.scenarios import (  # noqa: E402
+    TWO_PHASE_COMMIT_BROKER_PROPERTIES,
     HangingTransaction,
     create_hanging_transaction,
 )
@@ -58,6 +68,8 @@ KAFKA_CLUSTERS = [
 ]
 
 HangingFactory = Callable[..., HangingTransaction]
+#: The proxied listener of ``kafka_faults`` (``cluster.bootstrap_for(SLOW_LISTENER)``).
+SLOW_LISTENER = "SLOW"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -65,12 +77,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("filterwarnings", KAFKA_PYTHON_READ_TEXT_FILTER)
 
 
-def _start_cluster(dist: KafkaDistribution, brokers: int) -> KafkaCluster:
+def _start_cluster(dist: KafkaDistribution, brokers: int, **options: Any) -> KafkaCluster:
     cluster = KafkaCluster(
         dist,
         brokers=brokers,
         transaction_max_timeout_ms=TEST_TRANSACTION_MAX_TIMEOUT_MS,
         abort_timed_out_transaction_cleanup_interval_ms=TEST_ABORT_CLEANUP_INTERVAL_MS,
+        **options,
     )
     try:
         cluster.start()
@@ -98,6 +111,36 @@ def kafka_cluster3(kafka_dist: KafkaDistribution) -> Iterator[KafkaCluster]:
     cluster.stop()
 
 
+@pytest.fixture(scope="session")
+def kafka_acl(kafka_dist: KafkaDistribution) -> Iterator[KafkaCluster]:
+    cluster = _start_cluster(kafka_dist, 1, authorizer=True, sasl_users=TEST_SASL_USERS)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_2pc(kafka_dist: KafkaDistribution) -> Iterator[KafkaCluster]:
+    if (kafka_dist.major, _minor(kafka_dist.version)) < (4, 1):
+        pytest.skip(f"two-phase commit needs Kafka 4.1+, not {kafka_dist.version}")
+    cluster = _start_cluster(kafka_dist, 1, server_properties=TWO_PHASE_COMMIT_BROKER_PROPERTIES)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_faults(kafka_dist: KafkaDistribution) -> Iterator[KafkaCluster]:
+    cluster = _start_cluster(
+        kafka_dist, 1, extra_listeners={SLOW_LISTENER: Listener("PLAINTEXT", via_proxy=True)}
+    )
+    yield cluster
+    cluster.stop()
+
+
+def _minor(version: str) -> int:
+    parts = version.split(".")
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+
+
 @pytest.fixture
 def kafka_any(request: pytest.FixtureRequest) -> KafkaCluster:
     """The cluster named by the (indirect) parameter: ``kafka`` or ``kafka_cluster3``."""
@@ -107,7 +150,11 @@ def kafka_any(request: pytest.FixtureRequest) -> KafkaCluster:
 
 
 def _test_cluster(request: pytest.FixtureRequest) -> KafkaCluster:
-    name = "kafka_any" if "kafka_any" in request.fixturenames else "kafka"
+    name = "kafka"
+    for candidate in ("kafka_any", "kafka_acl", "kafka_2pc", "kafka_faults"):
+        if candidate in request.fixturenames:
+            name = candidate
+            break
     cluster: KafkaCluster = request.getfixturevalue(name)
     return cluster
 
