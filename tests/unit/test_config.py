@@ -165,7 +165,7 @@ def test_gssapi_and_non_string_properties_are_refused_clearly() -> None:
     found = problems(minimal(kafka={"security.protocol": "SASL_SSL", "sasl.mechanism": "GSSAPI"}))
     assert any("GSSAPI is not supported" in p and "Kerberos" in p for p in found)
     found = problems(minimal(kafka={"ssl.ca.location": None}))
-    assert "clusters[0].kafka.ssl.ca.location: must be a string or a number, got None" in found
+    assert "clusters[0].kafka.ssl.ca.location: must be a string or a number, got null" in found
 
 
 def test_spark_connect_token_never_in_repr() -> None:
