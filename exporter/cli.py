@@ -46,8 +46,12 @@ log = logging.getLogger("exporter")
 
 class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        entry = {"ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"), "level": record.levelname,
-                 "logger": record.name, "msg": record.getMessage()}
+        entry = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry)
@@ -102,24 +106,39 @@ class SignalStop:
 
 
 def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("run", help="run the exporter daemon",
-                       description="Collect transaction health on a schedule and serve /metrics. "
-                                   "SIGHUP reloads the configuration file.")
-    p.add_argument("--config.file", dest="config_file", required=True, metavar="FILE",
-                   help="YAML configuration file (see docs/config.example.yml)")
-    p.add_argument("--web.listen-address", dest="listen_address", metavar="HOST:PORT",
-                   help="override web.listen_address (:PORT, HOST:PORT or [IPV6]:PORT)")
-    p.add_argument("--log.level", dest="log_level", choices=LOG_LEVELS,
-                   help="override log.level")
+    p = sub.add_parser(
+        "run",
+        help="run the exporter daemon",
+        description="Collect transaction health on a schedule and serve /metrics. "
+        "SIGHUP reloads the configuration file.",
+    )
+    p.add_argument(
+        "--config.file",
+        dest="config_file",
+        required=True,
+        metavar="FILE",
+        help="YAML configuration file (see docs/config.example.yml)",
+    )
+    p.add_argument(
+        "--web.listen-address",
+        dest="listen_address",
+        metavar="HOST:PORT",
+        help="override web.listen_address (:PORT, HOST:PORT or [IPV6]:PORT)",
+    )
+    p.add_argument("--log.level", dest="log_level", choices=LOG_LEVELS, help="override log.level")
     p.set_defaults(handler=_cmd_run)
-    c = sub.add_parser("check-config", help="validate a configuration file and exit",
-                       description="Validate a configuration file; every problem is listed.")
+    c = sub.add_parser(
+        "check-config",
+        help="validate a configuration file and exit",
+        description="Validate a configuration file; every problem is listed.",
+    )
     c.add_argument("--config.file", dest="config_file", required=True, metavar="FILE")
     c.set_defaults(handler=_cmd_check_config)
 
 
-def load_run_config(config_file: str, *, listen_address: str | None = None,
-                    log_level: str | None = None) -> Config:
+def load_run_config(
+    config_file: str, *, listen_address: str | None = None, log_level: str | None = None
+) -> Config:
     """The file's config with the daemon's flags applied; each flag is validated by the key
     it overrides, and named in the message. Raises ConfigError listing every problem."""
     problems: list[str] = []
@@ -144,8 +163,11 @@ def load_run_config(config_file: str, *, listen_address: str | None = None,
 
 
 def _load(args: argparse.Namespace) -> Config:
-    return load_run_config(args.config_file, listen_address=getattr(args, "listen_address", None),
-                           log_level=getattr(args, "log_level", None))
+    return load_run_config(
+        args.config_file,
+        listen_address=getattr(args, "listen_address", None),
+        log_level=getattr(args, "log_level", None),
+    )
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
@@ -189,8 +211,7 @@ def _reload(args: argparse.Namespace, daemon: object) -> None:
     try:
         daemon.reload(config)
     except OSError as e:
-        log.error("reload failed, still running on the previous configuration: %s",
-                  e.strerror or e)
+        log.error("reload failed, still running on the previous configuration: %s", e.strerror or e)
         return
     setup_logging(config.log.level, config.log.format)
 
@@ -198,7 +219,8 @@ def _reload(args: argparse.Namespace, daemon: object) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kafka-txn-exporter",
-        description="Kafka transaction health: a Prometheus exporter and operator commands.")
+        description="Kafka transaction health: a Prometheus exporter and operator commands.",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_run(sub)

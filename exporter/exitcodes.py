@@ -21,6 +21,8 @@ class ExitCode(enum.IntEnum):
     INTERRUPTED = 130
 
 
-EPILOG = ("exit codes: 0 ok or dry run; 1 hanging transactions found (find-hanging), missing "
-          "permissions (doctor) or the action was refused (nothing changed); 2 usage or "
-          "configuration error; 3 Kafka error; 4 unexpected error; 130 interrupted")
+EPILOG = (
+    "exit codes: 0 ok or dry run; 1 hanging transactions found (find-hanging), missing "
+    "permissions (doctor) or the action was refused (nothing changed); 2 usage or "
+    "configuration error; 3 Kafka error; 4 unexpected error; 130 interrupted"
+)

@@ -163,8 +163,7 @@ class Reader:
                 return self.env[name]
         return value
 
-    def mapping(self, raw: object, where: Where, label: str, allowed: Sequence[str] | None
-                ) -> dict[Any, Any]:
+    def mapping(self, raw: object, where: Where, label: str, allowed: Sequence[str] | None) -> dict[Any, Any]:
         """A mapping (None: empty); unknown keys are problems when ``allowed`` is given."""
         if raw is None:
             return {}
@@ -377,8 +376,10 @@ class Items(Kind):
     def read(self, r: Reader, raw: object, where: Where, name: str) -> object:
         path = where.key(name)
         if not isinstance(raw, list) or not raw:
-            r.problem(path, "required: a list of at least one entry"
-                      + ("" if raw is None else f", got {type_name(raw)}"))
+            r.problem(
+                path,
+                "required: a list of at least one entry" + ("" if raw is None else f", got {type_name(raw)}"),
+            )
             return INVALID
         items = [self.section.read(r, item, Where(path).item(i)) for i, item in enumerate(raw)]
         return tuple(i for i in items if i is not INVALID)

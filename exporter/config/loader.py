@@ -33,14 +33,16 @@ class _StrictLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=True)
             if not isinstance(key, Hashable):
                 continue  # SafeLoader reports unhashable keys itself
             line = key_node.start_mark.line + 1
             if key in seen:
-                self.duplicates.append(f"line {line}: duplicate key {_key_text(key)} (first at "
-                                       f"line {seen[key]}; YAML would silently keep only the "
-                                       "last one)")
+                self.duplicates.append(
+                    f"line {line}: duplicate key {_key_text(key)} (first at "
+                    f"line {seen[key]}; YAML would silently keep only the "
+                    "last one)"
+                )
             else:
                 seen[key] = line
         return super().construct_mapping(node, deep=deep)
@@ -72,10 +74,9 @@ def read_yaml(text: str, name: str) -> object:
         raise ConfigError([f"{name}: {_yaml_problem(e)}"]) from None
     except (ValueError, TypeError, OverflowError, RecursionError) as e:
         # e.g. a timestamp such as 2001-02-30: PyYAML's constructor raises ValueError
-        raise ConfigError([f"{name}: not valid YAML: a value cannot be read "
-                           f"({type(e).__name__})"]) from None
+        raise ConfigError([f"{name}: not valid YAML: a value cannot be read ({type(e).__name__})"]) from None
     finally:
-        loader.dispose()  # type: ignore[no-untyped-call]
+        loader.dispose()
     if loader.duplicates:
         raise ConfigError([f"{name}: {d}" for d in loader.duplicates])
     return raw

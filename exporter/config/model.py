@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from exporter.config.keys import (
-    INVALID,
     ENV_REF,
+    INVALID,
     Choice,
     ConfigError,
     Duration,
@@ -58,11 +58,16 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 #: Not available: the confluent-kafka wheels' librdkafka is built without Kerberos, and
 #: kafka-python needs the separate ``gssapi`` package.
-UNSUPPORTED_SASL_MECHANISMS = {"GSSAPI": "the confluent-kafka wheel's librdkafka is built "
-                               "without Kerberos support (PLAIN, SCRAM and OAUTHBEARER work)"}
+UNSUPPORTED_SASL_MECHANISMS = {
+    "GSSAPI": "the confluent-kafka wheel's librdkafka is built "
+    "without Kerberos support (PLAIN, SCRAM and OAUTHBEARER work)"
+}
 #: What OAUTHBEARER needs: kafka-python gets its tokens by the OIDC client-credentials grant.
-OAUTHBEARER_OIDC_PROPERTIES = ("sasl.oauthbearer.client.id", "sasl.oauthbearer.client.secret",
-                               "sasl.oauthbearer.token.endpoint.url")
+OAUTHBEARER_OIDC_PROPERTIES = (
+    "sasl.oauthbearer.client.id",
+    "sasl.oauthbearer.client.secret",
+    "sasl.oauthbearer.token.endpoint.url",
+)
 #: librdkafka properties the exporter understands and maps to both client libraries.
 KAFKA_PROPERTIES = frozenset(
     {
@@ -114,16 +119,15 @@ def split_host_port(address: str) -> tuple[str, int] | None:
 
 def _listen_address_problem(address: str) -> str | None:
     if split_host_port(address) is None:
-        return (f"{address[:80]!r} is not HOST:PORT, :PORT or [IPV6]:PORT (port 0-65535)")
+        return f"{address[:80]!r} is not HOST:PORT, :PORT or [IPV6]:PORT (port 0-65535)"
     return None
 
 
 def _bootstrap_problem(servers: str) -> str | None:
     parts = [s.strip() for s in servers.split(",")]
-    bad = [p for p in parts if not p or (hp := split_host_port(p)) is None or not hp[0]
-           or hp[1] == 0]
+    bad = [p for p in parts if not p or (hp := split_host_port(p)) is None or not hp[0] or hp[1] == 0]
     if bad:
-        return (f"{servers[:120]!r} must be HOST:PORT[,HOST:PORT...] (IPv6 as [ADDRESS]:PORT)")
+        return f"{servers[:120]!r} must be HOST:PORT[,HOST:PORT...] (IPv6 as [ADDRESS]:PORT)"
     return None
 
 
@@ -175,8 +179,10 @@ class SparkConfig:
         return None if self.connect_url is None else redact_connect_url(self.connect_url)
 
     def __repr__(self) -> str:  # keep a Connect token out of logs and tracebacks
-        return (f"SparkConfig(master={self.master!r}, connect_url={self.redacted_connect_url!r}, "
-                f"app_name={self.app_name!r}, driver_memory={self.driver_memory!r})")
+        return (
+            f"SparkConfig(master={self.master!r}, connect_url={self.redacted_connect_url!r}, "
+            f"app_name={self.app_name!r}, driver_memory={self.driver_memory!r})"
+        )
 
 
 def redact_connect_url(url: str) -> str:
@@ -195,9 +201,7 @@ class TopicFilter:
         allow, deny = self.compiled()
 
         def matches(topic: str) -> bool:
-            return any(p.fullmatch(topic) for p in allow) and not any(
-                p.fullmatch(topic) for p in deny
-            )
+            return any(p.fullmatch(topic) for p in allow) and not any(p.fullmatch(topic) for p in deny)
 
         return matches
 
@@ -270,8 +274,11 @@ class KafkaProperties(Kind):
                 continue
             literal = not (isinstance(value, str) and ENV_REF.match(value))
             if secret and literal and not r.allow_literal_secrets:
-                r.problem(path, "a literal secret in the file is refused: write \"${ENV_VAR}\" "
-                          "or use kafka_files (or set allow_literal_secrets: true)")
+                r.problem(
+                    path,
+                    'a literal secret in the file is refused: write "${ENV_VAR}" '
+                    "or use kafka_files (or set allow_literal_secrets: true)",
+                )
                 continue
             resolved = r.resolve(value, path)
             if resolved is not INVALID:
@@ -305,20 +312,27 @@ def check_kafka_properties(r: Reader, props: dict[str, str], where: Where) -> No
         props.setdefault("sasl.mechanism", props.pop("sasl.mechanisms"))
     protocol = props.get("security.protocol", "PLAINTEXT").upper()
     if protocol not in SECURITY_PROTOCOLS:
-        r.problem(where.key("security.protocol"), f"{r.show('', protocol)} is not allowed "
-                  f"(allowed: {', '.join(SECURITY_PROTOCOLS)})")
+        r.problem(
+            where.key("security.protocol"),
+            f"{r.show('', protocol)} is not allowed (allowed: {', '.join(SECURITY_PROTOCOLS)})",
+        )
     mechanism = props.get("sasl.mechanism")
     if not protocol.startswith("SASL"):
         return
     if mechanism is None:
-        r.problem(where.key("sasl.mechanism"),
-                  f"required with {protocol} (allowed: {', '.join(SASL_MECHANISMS)})")
+        r.problem(
+            where.key("sasl.mechanism"), f"required with {protocol} (allowed: {', '.join(SASL_MECHANISMS)})"
+        )
     elif mechanism in UNSUPPORTED_SASL_MECHANISMS:
-        r.problem(where.key("sasl.mechanism"),
-                  f"{mechanism} is not supported: {UNSUPPORTED_SASL_MECHANISMS[mechanism]}")
+        r.problem(
+            where.key("sasl.mechanism"),
+            f"{mechanism} is not supported: {UNSUPPORTED_SASL_MECHANISMS[mechanism]}",
+        )
     elif mechanism not in SASL_MECHANISMS:
-        r.problem(where.key("sasl.mechanism"), f"{r.show('', mechanism)} is not allowed "
-                  f"(allowed: {', '.join(SASL_MECHANISMS)})")
+        r.problem(
+            where.key("sasl.mechanism"),
+            f"{r.show('', mechanism)} is not allowed (allowed: {', '.join(SASL_MECHANISMS)})",
+        )
     if mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512") and not (
         props.get("sasl.username") and props.get("sasl.password")
     ):
@@ -326,16 +340,17 @@ def check_kafka_properties(r: Reader, props: dict[str, str], where: Where) -> No
     if mechanism == "OAUTHBEARER":
         method = props.get("sasl.oauthbearer.method", "default").lower()
         if method != "oidc":
-            r.problem(where.key("sasl.oauthbearer.method"),
-                      "OAUTHBEARER needs sasl.oauthbearer.method: oidc (the client-credentials "
-                      f"grant) with {', '.join(OAUTHBEARER_OIDC_PROPERTIES)}")
+            r.problem(
+                where.key("sasl.oauthbearer.method"),
+                "OAUTHBEARER needs sasl.oauthbearer.method: oidc (the client-credentials "
+                f"grant) with {', '.join(OAUTHBEARER_OIDC_PROPERTIES)}",
+            )
         missing = [k for k in OAUTHBEARER_OIDC_PROPERTIES if not props.get(k)]
         if missing:
             r.problem(where.label, f"OAUTHBEARER (oidc) needs {', '.join(missing)}")
         url = props.get("sasl.oauthbearer.token.endpoint.url", "")
         if url and not re.match(r"^https?://[^\s/]+", url):
-            r.problem(where.key("sasl.oauthbearer.token.endpoint.url"),
-                      "must be an http:// or https:// URL")
+            r.problem(where.key("sasl.oauthbearer.token.endpoint.url"), "must be an http:// or https:// URL")
 
 
 def _check_cluster(r: Reader, values: dict[str, Any], where: Where) -> None:
@@ -345,8 +360,7 @@ def _check_cluster(r: Reader, values: dict[str, Any], where: Where) -> None:
     check_kafka_properties(r, props, kafka_where)
     values["kafka"] = props
     if "bootstrap_servers" in values:
-        values["bootstrap_servers"] = ",".join(s.strip() for s in values["bootstrap_servers"]
-                                               .split(","))
+        values["bootstrap_servers"] = ",".join(s.strip() for s in values["bootstrap_servers"].split(","))
     interval = values.get("interval_ms", CLUSTER.default("interval_ms"))
     timeout = values.get("request_timeout_ms", CLUSTER.default("request_timeout_ms"))
     keys = (where.key("interval") + ":", where.key("request_timeout") + ":")
@@ -361,11 +375,12 @@ def _check_spark(r: Reader, values: dict[str, Any], where: Where) -> None:
         return
     path = where.key("connect_url")
     if not url.startswith("sc://") or len(url) <= len("sc://"):
-        r.problem(path, f"{r.show(path, redact_connect_url(url))} must be a Spark Connect URL "
-                  "sc://HOST:PORT")
+        r.problem(path, f"{r.show(path, redact_connect_url(url))} must be a Spark Connect URL sc://HOST:PORT")
     elif ";token=" in url and path not in r.from_env and not r.allow_literal_secrets:
-        r.problem(path, "a literal token in the file is refused: write \"${ENV_VAR}\" (or set "
-                  "allow_literal_secrets: true)")
+        r.problem(
+            path,
+            'a literal token in the file is refused: write "${ENV_VAR}" (or set allow_literal_secrets: true)',
+        )
 
 
 def _label_problem(label: str) -> str | None:
@@ -374,50 +389,94 @@ def _label_problem(label: str) -> str | None:
     return None
 
 
-WEB = Section(WebConfig, (
-    Key("listen_address", "listen_address",
-        Text(check=_listen_address_problem)),
-    Key("telemetry_path", "telemetry_path", Text(pattern=r"/\S*", shape="a path starting with /")),
-))
-LOG = Section(LogConfig, (
-    Key("level", "level", Choice(LOG_LEVELS)),
-    Key("format", "format", Choice(LOG_FORMATS)),
-))
-SPARK = Section(SparkConfig, (
-    Key("master", "master", Text(pattern=_SPARK_MASTER, shape="a Spark master (allowed: local, "
-                                 "local[N], local[*], spark://HOST:PORT, yarn, k8s://URL)")),
-    Key("connect_url", "connect_url", Text(empty_is_none=True)),
-    Key("app_name", "app_name", Text()),
-    Key("local_dir", "local_dir", Text(empty_is_none=True)),
-    Key("driver_memory", "driver_memory",
-        Text(pattern=r"\d+[kmgt]", shape="a JVM size such as 512m or 1g")),
-    Key("conf", "conf", StringMap(key_prefix="spark.")),
-), check=_check_spark)
-PIPELINE = Section(PipelineSettings, (
-    Key("late_padding", "late_padding_ms", Duration(maximum_ms=86_400_000)),
-    Key("lso_lag_series", "lso_lag_series", Choice(LSO_LAG_SERIES)),
-    Key("max_findings", "max_findings", Integer(0, 100_000)),
-    Key("hanging_confirm_cycles", "hanging_confirm_cycles", Integer(1, 100)),
-))
-TOPICS = Section(TopicFilter, (
-    Key("allow", "allow", Patterns()),
-    Key("deny", "deny", Patterns()),
-))
-CLUSTER = Section(ClusterConfig, (
-    Key("name", "name", Text(pattern=r"[A-Za-z0-9_.:-]{1,64}",
-                             shape="1-64 characters of letters, digits, _ . : -"),
-        required=True, help="1-64 characters of letters, digits, _ . : -"),
-    Key("bootstrap_servers", "bootstrap_servers", Text(check=_bootstrap_problem), required=True,
-        help="HOST:PORT[,HOST:PORT...]"),
-    Key("interval", "interval_ms", Duration(minimum_ms=1000, maximum_ms=86_400_000)),
-    Key("request_timeout", "request_timeout_ms",
-        Duration(minimum_ms=100, maximum_ms=MAX_REQUEST_TIMEOUT_MS,
-                 maximum_why="librdkafka's maximum socket.timeout.ms")),
-    Key("read_batch_timestamps", "read_batch_timestamps", Flag()),
-    Key("topics", "topics", Nested(TOPICS)),
-    Key("kafka", "kafka", KafkaProperties()),
-    Key("kafka_files", "kafka_files", KafkaProperties(from_files=True)),
-), check=_check_cluster)
+WEB = Section(
+    WebConfig,
+    (
+        Key("listen_address", "listen_address", Text(check=_listen_address_problem)),
+        Key("telemetry_path", "telemetry_path", Text(pattern=r"/\S*", shape="a path starting with /")),
+    ),
+)
+LOG = Section(
+    LogConfig,
+    (
+        Key("level", "level", Choice(LOG_LEVELS)),
+        Key("format", "format", Choice(LOG_FORMATS)),
+    ),
+)
+SPARK = Section(
+    SparkConfig,
+    (
+        Key(
+            "master",
+            "master",
+            Text(
+                pattern=_SPARK_MASTER,
+                shape="a Spark master (allowed: local, "
+                "local[N], local[*], spark://HOST:PORT, yarn, k8s://URL)",
+            ),
+        ),
+        Key("connect_url", "connect_url", Text(empty_is_none=True)),
+        Key("app_name", "app_name", Text()),
+        Key("local_dir", "local_dir", Text(empty_is_none=True)),
+        Key(
+            "driver_memory",
+            "driver_memory",
+            Text(pattern=r"\d+[kmgt]", shape="a JVM size such as 512m or 1g"),
+        ),
+        Key("conf", "conf", StringMap(key_prefix="spark.")),
+    ),
+    check=_check_spark,
+)
+PIPELINE = Section(
+    PipelineSettings,
+    (
+        Key("late_padding", "late_padding_ms", Duration(maximum_ms=86_400_000)),
+        Key("lso_lag_series", "lso_lag_series", Choice(LSO_LAG_SERIES)),
+        Key("max_findings", "max_findings", Integer(0, 100_000)),
+        Key("hanging_confirm_cycles", "hanging_confirm_cycles", Integer(1, 100)),
+    ),
+)
+TOPICS = Section(
+    TopicFilter,
+    (
+        Key("allow", "allow", Patterns()),
+        Key("deny", "deny", Patterns()),
+    ),
+)
+CLUSTER = Section(
+    ClusterConfig,
+    (
+        Key(
+            "name",
+            "name",
+            Text(pattern=r"[A-Za-z0-9_.:-]{1,64}", shape="1-64 characters of letters, digits, _ . : -"),
+            required=True,
+            help="1-64 characters of letters, digits, _ . : -",
+        ),
+        Key(
+            "bootstrap_servers",
+            "bootstrap_servers",
+            Text(check=_bootstrap_problem),
+            required=True,
+            help="HOST:PORT[,HOST:PORT...]",
+        ),
+        Key("interval", "interval_ms", Duration(minimum_ms=1000, maximum_ms=86_400_000)),
+        Key(
+            "request_timeout",
+            "request_timeout_ms",
+            Duration(
+                minimum_ms=100,
+                maximum_ms=MAX_REQUEST_TIMEOUT_MS,
+                maximum_why="librdkafka's maximum socket.timeout.ms",
+            ),
+        ),
+        Key("read_batch_timestamps", "read_batch_timestamps", Flag()),
+        Key("topics", "topics", Nested(TOPICS)),
+        Key("kafka", "kafka", KafkaProperties()),
+        Key("kafka_files", "kafka_files", KafkaProperties(from_files=True)),
+    ),
+    check=_check_cluster,
+)
 
 
 def _check_config(r: Reader, values: dict[str, Any], where: Where) -> None:
@@ -427,29 +486,36 @@ def _check_config(r: Reader, values: dict[str, Any], where: Where) -> None:
         r.problem("clusters", f"cluster name {dup!r} is used more than once")
 
 
-CONFIG = Section(Config, (
-    Key("clusters", "clusters", Items(CLUSTER), required=True,
-        help="a list of at least one cluster"),
-    Key("web", "web", Nested(WEB)),
-    Key("log", "log", Nested(LOG)),
-    Key("spark", "spark", Nested(SPARK)),
-    Key("pipeline", "pipeline", Nested(PIPELINE)),
-    Key("cluster_label", "cluster_label", Text(check=_label_problem)),
-    Key("allow_literal_secrets", "allow_literal_secrets", Flag()),
-), check=_check_config)
+CONFIG = Section(
+    Config,
+    (
+        Key("clusters", "clusters", Items(CLUSTER), required=True, help="a list of at least one cluster"),
+        Key("web", "web", Nested(WEB)),
+        Key("log", "log", Nested(LOG)),
+        Key("spark", "spark", Nested(SPARK)),
+        Key("pipeline", "pipeline", Nested(PIPELINE)),
+        Key("cluster_label", "cluster_label", Text(check=_label_problem)),
+        Key("allow_literal_secrets", "allow_literal_secrets", Flag()),
+    ),
+    check=_check_config,
+)
 
 
 # --- entry points -------------------------------------------------------------------------------
 
 
-def parse_config(raw: object, *, env: Mapping[str, str] | None = None,
-                 base_dir: Path | None = None) -> Config:
+def parse_config(
+    raw: object, *, env: Mapping[str, str] | None = None, base_dir: Path | None = None
+) -> Config:
     """Validate a parsed YAML document. Raises :class:`ConfigError` listing every problem."""
     import os
 
     allow = raw.get("allow_literal_secrets") if isinstance(raw, dict) else None
-    r = Reader(env=os.environ if env is None else env, base_dir=base_dir or Path.cwd(),
-               allow_literal_secrets=allow is True)
+    r = Reader(
+        env=os.environ if env is None else env,
+        base_dir=base_dir or Path.cwd(),
+        allow_literal_secrets=allow is True,
+    )
     config = CONFIG.read(r, raw, Where())
     if r.problems or config is INVALID:
         raise ConfigError(r.problems or ["configuration: invalid"])
@@ -466,9 +532,14 @@ def parse_flag(section: Section, name: str, value: object, flag: str) -> Any:
     return parsed
 
 
-def cluster_from_flags(*, bootstrap_servers: str, request_timeout: str | None,
-                       properties: Mapping[str, str], properties_file: str | None,
-                       env: Mapping[str, str]) -> ClusterConfig:
+def cluster_from_flags(
+    *,
+    bootstrap_servers: str,
+    request_timeout: str | None,
+    properties: Mapping[str, str],
+    properties_file: str | None,
+    env: Mapping[str, str],
+) -> ClusterConfig:
     """The operator's ``--bootstrap-server [--command-config FILE] [--request-timeout D]``,
     read by the cluster section with every key named by its flag. A properties file holds
     secrets literally, as with Kafka's own tools (``${ENV}`` values are resolved too)."""
@@ -476,8 +547,11 @@ def cluster_from_flags(*, bootstrap_servers: str, request_timeout: str | None,
         names={"bootstrap_servers": "--bootstrap-server", "request_timeout": "--request-timeout"},
         children={"kafka": Where(f"--command-config {properties_file}", sep=": ")},
     )
-    raw: dict[str, object] = {"name": "cli", "bootstrap_servers": bootstrap_servers,
-                              "kafka": dict(properties)}
+    raw: dict[str, object] = {
+        "name": "cli",
+        "bootstrap_servers": bootstrap_servers,
+        "kafka": dict(properties),
+    }
     if request_timeout is not None:
         raw["request_timeout"] = request_timeout
     r = Reader(env=env, base_dir=Path.cwd(), allow_literal_secrets=True, scheduled=False)

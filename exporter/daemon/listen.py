@@ -17,8 +17,7 @@ class _Server6(ThreadingHTTPServer):
     address_family = socket.AF_INET6
 
 
-def bind_http_server(web: WebConfig, handler: type[BaseHTTPRequestHandler]
-                     ) -> ThreadingHTTPServer:
+def bind_http_server(web: WebConfig, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
     """A threading HTTP server bound to ``web.listen_address`` (``:PORT``, ``HOST:PORT``,
     ``[IPV6]:PORT``); not yet serving. Raises :class:`ListenError`."""
     host, port = web.host_port
