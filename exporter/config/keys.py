@@ -195,7 +195,7 @@ class Text(Kind):
     pattern: str | None = None
     #: What a valid value looks like, for the message.
     shape: str = ""
-    #: Extra check returning a problem message or None.
+    #: Extra check: what is wrong ("is not ...", without the value), or None.
     check: Callable[[str], str | None] | None = None
     secret: bool = False
     empty_is_none: bool = False
@@ -215,9 +215,9 @@ class Text(Kind):
             r.problem(path, f"{r.show(path, value, secret=self.secret)} is not {self.shape}")
             return INVALID
         if self.check is not None:
-            message = self.check(value)
+            message = self.check(value)  # what is wrong, without the value
             if message is not None:
-                r.problem(path, message)
+                r.problem(path, f"{r.show(path, value, secret=self.secret)} {message}")
                 return INVALID
         return value
 

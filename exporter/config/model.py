@@ -119,7 +119,7 @@ def split_host_port(address: str) -> tuple[str, int] | None:
 
 def _listen_address_problem(address: str) -> str | None:
     if split_host_port(address) is None:
-        return f"{address[:80]!r} is not HOST:PORT, :PORT or [IPV6]:PORT (port 0-65535)"
+        return "is not HOST:PORT, :PORT or [IPV6]:PORT (port 0-65535)"
     return None
 
 
@@ -127,7 +127,7 @@ def _bootstrap_problem(servers: str) -> str | None:
     parts = [s.strip() for s in servers.split(",")]
     bad = [p for p in parts if not p or (hp := split_host_port(p)) is None or not hp[0] or hp[1] == 0]
     if bad:
-        return f"{servers[:120]!r} must be HOST:PORT[,HOST:PORT...] (IPv6 as [ADDRESS]:PORT)"
+        return "must be HOST:PORT[,HOST:PORT...] (IPv6 as [ADDRESS]:PORT)"
     return None
 
 
@@ -268,6 +268,7 @@ class KafkaProperties(Kind):
                 r.problem(path, f"must be {kind}, got {type_name(value)}")
                 continue
             if self.from_files:
+                r.from_env.add(where.child("kafka").key(key))  # never quoted, as secrets
                 content = _read_secret_file(r, path, r.base_dir / str(value))
                 if content is not None:
                     props[key] = content
@@ -312,9 +313,10 @@ def check_kafka_properties(r: Reader, props: dict[str, str], where: Where) -> No
         props.setdefault("sasl.mechanism", props.pop("sasl.mechanisms"))
     protocol = props.get("security.protocol", "PLAINTEXT").upper()
     if protocol not in SECURITY_PROTOCOLS:
+        path = where.key("security.protocol")
         r.problem(
-            where.key("security.protocol"),
-            f"{r.show('', protocol)} is not allowed (allowed: {', '.join(SECURITY_PROTOCOLS)})",
+            path,
+            f"{r.show(path, protocol)} is not allowed (allowed: {', '.join(SECURITY_PROTOCOLS)})",
         )
     mechanism = props.get("sasl.mechanism")
     if not protocol.startswith("SASL"):
@@ -331,7 +333,8 @@ def check_kafka_properties(r: Reader, props: dict[str, str], where: Where) -> No
     elif mechanism not in SASL_MECHANISMS:
         r.problem(
             where.key("sasl.mechanism"),
-            f"{r.show('', mechanism)} is not allowed (allowed: {', '.join(SASL_MECHANISMS)})",
+            f"{r.show(where.key('sasl.mechanism'), mechanism)} is not allowed "
+            f"(allowed: {', '.join(SASL_MECHANISMS)})",
         )
     if mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512") and not (
         props.get("sasl.username") and props.get("sasl.password")
@@ -385,7 +388,7 @@ def _check_spark(r: Reader, values: dict[str, Any], where: Where) -> None:
 
 def _label_problem(label: str) -> str | None:
     if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", label) or label.startswith("__"):
-        return f"{label[:80]!r} is not a Prometheus label name"
+        return "is not a Prometheus label name"
     return None
 
 
