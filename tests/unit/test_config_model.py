@@ -58,9 +58,8 @@ def compare(section: Section, node: dict[str, Any], path: str) -> list[str]:
             problems += compare(key.kind.section, child, f"{path}.{key.name}")
         elif isinstance(key.kind, Items):
             problems += compare(key.kind.section, child["items"], f"{path}.{key.name}[]")
-        elif isinstance(key.kind, KafkaProperties):
-            if set(child["properties"]) != KAFKA_PROPERTIES:
-                problems.append(f"{path}.{key.name}: property names differ from the model")
+        elif isinstance(key.kind, KafkaProperties) and set(child["properties"]) != KAFKA_PROPERTIES:
+            problems.append(f"{path}.{key.name}: property names differ from the model")
     return problems
 
 
