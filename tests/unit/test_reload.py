@@ -21,8 +21,8 @@ import pytest
 from exporter.cli import SignalStop, _reload, load_run_config
 from exporter.config import Config, parse_config
 from exporter.daemon import Daemon, PipelineRunner
-from exporter.daemon.listen import ListenError, bind_http_server
 from exporter.daemon.http import Handler
+from exporter.daemon.listen import ListenError, bind_http_server
 from exporter.metrics.state import ClusterState
 
 
