@@ -200,4 +200,4 @@ def test_exit_codes_are_one_enum() -> None:
             ExitCode.INTERRUPTED,
         )
     ] == [0, 1, 2, 3, 4, 130]
-    assert ExitCode.REFUSED is ExitCode.FINDINGS
+    assert int(ExitCode.REFUSED) == int(ExitCode.FINDINGS) == 1
