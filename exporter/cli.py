@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from exporter import __version__
 from exporter.config import (
@@ -32,6 +33,9 @@ from exporter.config import (
     parse_flag,
 )
 from exporter.exitcodes import ExitCode
+
+if TYPE_CHECKING:
+    from exporter.daemon import Daemon
 
 # The names scripts and older imports use; the values are the enum's.
 EXIT_OK = ExitCode.OK
@@ -105,35 +109,22 @@ class SignalStop:
         return False
 
 
+# fmt: off
 def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "run",
-        help="run the exporter daemon",
-        description="Collect transaction health on a schedule and serve /metrics. "
-        "SIGHUP reloads the configuration file.",
-    )
-    p.add_argument(
-        "--config.file",
-        dest="config_file",
-        required=True,
-        metavar="FILE",
-        help="YAML configuration file (see docs/config.example.yml)",
-    )
-    p.add_argument(
-        "--web.listen-address",
-        dest="listen_address",
-        metavar="HOST:PORT",
-        help="override web.listen_address (:PORT, HOST:PORT or [IPV6]:PORT)",
-    )
-    p.add_argument("--log.level", dest="log_level", choices=LOG_LEVELS, help="override log.level")
+    p = sub.add_parser("run", help="run the exporter daemon",
+                       description="Collect transaction health on a schedule and serve /metrics.")
+    p.add_argument("--config.file", dest="config_file", required=True, metavar="FILE",
+                   help="YAML configuration file (see docs/config.example.yml)")
+    p.add_argument("--web.listen-address", dest="listen_address", metavar="HOST:PORT",
+                   help="override web.listen_address")
+    p.add_argument("--log.level", dest="log_level", choices=LOG_LEVELS,
+                   help="override log.level")
     p.set_defaults(handler=_cmd_run)
-    c = sub.add_parser(
-        "check-config",
-        help="validate a configuration file and exit",
-        description="Validate a configuration file; every problem is listed.",
-    )
+    c = sub.add_parser("check-config", help="validate a configuration file and exit",
+                       description="Validate a configuration file; every problem is listed.")
     c.add_argument("--config.file", dest="config_file", required=True, metavar="FILE")
     c.set_defaults(handler=_cmd_check_config)
+# fmt: on
 
 
 def load_run_config(
@@ -198,11 +189,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _reload(args: argparse.Namespace, daemon: object) -> None:
+def _reload(args: argparse.Namespace, daemon: Daemon) -> None:
     """Validate the file again and switch to it; on any problem keep the running config."""
-    from exporter.daemon import Daemon
-
-    assert isinstance(daemon, Daemon)
     try:
         config = _load(args)
     except ConfigError as e:
@@ -216,11 +204,11 @@ def _reload(args: argparse.Namespace, daemon: object) -> None:
     setup_logging(config.log.level, config.log.format)
 
 
+# fmt: off
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kafka-txn-exporter",
-        description="Kafka transaction health: a Prometheus exporter and operator commands.",
-    )
+        description="Kafka transaction health: a Prometheus exporter and operator commands.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_run(sub)
@@ -228,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_commands(sub)
     return parser
+# fmt: on
 
 
 def fail(args: argparse.Namespace | None, message: str, code: ExitCode) -> int:

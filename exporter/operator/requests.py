@@ -1,6 +1,7 @@
 """What each operator verb is asked to do: typed requests, built from argparse at the edge
-(:mod:`exporter.operator.commands`) and validated there. Nothing under
-``exporter.operator`` but ``commands`` sees an ``argparse.Namespace``.
+(:mod:`exporter.operator.commands`, with the connection flags read by
+:func:`exporter.operator.connection.connection_from_args`) and validated here. The verbs'
+logic never sees an ``argparse.Namespace``.
 """
 
 from __future__ import annotations
