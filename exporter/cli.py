@@ -13,6 +13,9 @@ when it is invalid the daemon keeps running on the previous configuration and lo
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import itertools
 import json
 import logging
 import signal
@@ -227,10 +230,30 @@ def fail(args: argparse.Namespace | None, message: str, code: ExitCode) -> int:
     return int(code)
 
 
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse the flags; with ``--output json``, argparse's own errors are JSON on stdout too."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    wants_json = "--output=json" in words or any(
+        a == "--output" and b == "json" for a, b in itertools.pairwise(words)
+    )
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors):
+            args = build_parser().parse_args(words)
+    except SystemExit as e:
+        sys.stderr.write(errors.getvalue())
+        lines = errors.getvalue().strip().splitlines()
+        if e.code == ExitCode.USAGE and wants_json and lines:
+            print(json.dumps({"error": lines[-1], "exit_code": int(ExitCode.USAGE)}))
+        raise
+    sys.stderr.write(errors.getvalue())
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args: argparse.Namespace | None = None
     try:
-        args = build_parser().parse_args(argv)
+        args = _parse(argv)
         return int(args.handler(args))
     except ConfigError as e:
         return fail(args, str(e), ExitCode.USAGE)

@@ -378,7 +378,8 @@ class Items(Kind):
         if not isinstance(raw, list) or not raw:
             r.problem(
                 path,
-                "required: a list of at least one entry" + ("" if raw is None else f", got {type_name(raw)}"),
+                "required: a list of at least one entry, got "
+                + ("an empty list" if isinstance(raw, list) else type_name(raw)),
             )
             return INVALID
         items = [self.section.read(r, item, Where(path).item(i)) for i, item in enumerate(raw)]

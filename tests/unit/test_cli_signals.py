@@ -126,3 +126,11 @@ def test_listen_port_in_use_is_one_clear_line_and_exit_2(tmp_path: Path) -> None
         f"kafka-txn-exporter: cannot listen on 127.0.0.1:{port} (web.listen_address): Address already in use"
     ]
     assert "Traceback" not in result.stderr
+
+
+def test_argparse_errors_with_json_output_are_json_too() -> None:
+    result = run_cli("list", "--bootstrap-server", "h:1", "--state", "Running", "--output", "json")
+    assert result.returncode == 2
+    doc = json.loads(result.stdout)
+    assert doc["exit_code"] == 2 and "--state" in doc["error"]
+    assert "usage: kafka-txn-exporter list" in result.stderr
