@@ -62,7 +62,9 @@ def probe_permissions(admin: ClusterAdmin, topics: Sequence[str] | None = None) 
     """Probe every permission; ``topics``: the topics to check (None: every visible topic).
     Raises KafkaUnavailable when the cluster cannot be reached at all."""
     wanted = None if topics is None else set(topics)
-    metadata = admin.metadata(None if wanted is None else (lambda t: t in wanted))
+    metadata = admin.metadata(
+        None if wanted is None else (lambda t: t in wanted or t == TRANSACTION_STATE_TOPIC)
+    )
     brokers = [b.broker_id for b in metadata.brokers]
     checks: list[PermissionCheck] = []
     visible = sorted({t for t, _ in metadata.leaders} - {TRANSACTION_STATE_TOPIC})
