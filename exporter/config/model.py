@@ -307,8 +307,11 @@ def _read_secret_file(r: Reader, path: str, file_path: Path) -> str | None:
         return None
 
 
-def check_kafka_properties(r: Reader, props: dict[str, str], where: Where) -> None:
-    """Security settings that go together, as both client libraries need them."""
+def check_kafka_properties(
+    r: Reader, props: dict[str, str], where: Where, *, incomplete: bool = False
+) -> None:
+    """Security settings that go together, as both client libraries need them.
+    ``incomplete``: some properties were refused already; do not call them missing."""
     if "sasl.mechanisms" in props:  # librdkafka alias
         props.setdefault("sasl.mechanism", props.pop("sasl.mechanisms"))
     protocol = props.get("security.protocol", "PLAINTEXT").upper()
@@ -336,6 +339,8 @@ def check_kafka_properties(r: Reader, props: dict[str, str], where: Where) -> No
             f"{r.show(where.key('sasl.mechanism'), mechanism)} is not allowed "
             f"(allowed: {', '.join(SASL_MECHANISMS)})",
         )
+    if incomplete:
+        return
     if mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512") and not (
         props.get("sasl.username") and props.get("sasl.password")
     ):
@@ -360,7 +365,12 @@ def _check_cluster(r: Reader, values: dict[str, Any], where: Where) -> None:
     props = dict(values.pop("kafka_files", {}))
     props = {**values.get("kafka", {}), **props}
     kafka_where = where.child("kafka")
-    check_kafka_properties(r, props, kafka_where)
+    # A known property that was refused (a literal secret, a bad value) is not "missing".
+    refused = tuple(
+        f"{w.key(k)}:" for w in (kafka_where, where.child("kafka_files")) for k in KAFKA_PROPERTIES
+    )
+    incomplete = any(p.startswith(refused) for p in r.problems)
+    check_kafka_properties(r, props, kafka_where, incomplete=incomplete)
     values["kafka"] = props
     if "bootstrap_servers" in values:
         values["bootstrap_servers"] = ",".join(s.strip() for s in values["bootstrap_servers"].split(","))

@@ -384,3 +384,14 @@ def test_any_file_text_is_a_config_or_a_config_error(
         load_config(path, env={})
     except ConfigError as e:
         assert e.problems
+
+
+def test_a_refused_secret_is_not_also_reported_missing() -> None:
+    kafka = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "u",
+        "sasl.password": "hunter2",
+    }
+    found = problems(minimal(kafka=kafka))
+    assert len(found) == 1 and "a literal secret in the file is refused" in found[0]
