@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import threading
 from collections.abc import Callable
@@ -44,6 +45,7 @@ from exporter.operator.requests import (
     UsageError,
 )
 
+LIBRDKAFKA_LOGGER = "exporter.kafka.librdkafka"
 #: A verb: the admin client, the resolved cluster and the verb's typed request.
 Handler = Callable[[ClusterAdmin, Target, Any], int]
 #: Builds a verb's typed request from its parsed flags (raises UsageError).
@@ -105,6 +107,11 @@ def _runner(
                 outcome["error"] = e
 
         worker = threading.Thread(target=work, name=f"kafka-txn-exporter {name}", daemon=True)
+        # librdkafka logs every failed connection attempt (dozens per second against a down
+        # broker); the command's own message names the failure once.
+        client_log = logging.getLogger(LIBRDKAFKA_LOGGER)
+        level = client_log.level
+        client_log.setLevel(logging.CRITICAL)
         worker.start()
         try:
             while worker.is_alive():
@@ -123,6 +130,8 @@ def _runner(
                 ),
                 ExitCode.INTERRUPTED,
             )
+        finally:
+            client_log.setLevel(level)
         error = outcome.get("error")
         if error is None:
             return int(outcome["code"])

@@ -134,3 +134,9 @@ def test_argparse_errors_with_json_output_are_json_too() -> None:
     doc = json.loads(result.stdout)
     assert doc["exit_code"] == 2 and "--state" in doc["error"]
     assert "usage: kafka-txn-exporter list" in result.stderr
+
+
+def test_an_ipv6_bootstrap_server_is_accepted_and_an_unreachable_one_is_one_line() -> None:
+    result = run_cli("list", "--bootstrap-server", "[::1]:1", "--request-timeout", "1s")
+    assert result.returncode == 3
+    assert result.stderr.splitlines() == ["list: metadata from [::1]:1 failed: BROKER_NOT_AVAILABLE"]
