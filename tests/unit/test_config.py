@@ -60,12 +60,13 @@ def test_reference_config_documents_every_key() -> None:
 
 
 def test_all_errors_are_reported_together_with_keys_and_allowed_values() -> None:
-    found = problems({
-        "log": {"level": "loud"},
-        "pipeline": {"lso_lag_series": "some", "late_padding": "soon"},
-        "clusters": [{"name": "", "bootstrap_servers": "nohostport", "interval": "1x",
-                      "colour": "blue"}],
-    })
+    found = problems(
+        {
+            "log": {"level": "loud"},
+            "pipeline": {"lso_lag_series": "some", "late_padding": "soon"},
+            "clusters": [{"name": "", "bootstrap_servers": "nohostport", "interval": "1x", "colour": "blue"}],
+        }
+    )
     text = "\n".join(found)
     assert "log.level: 'loud' is not allowed (allowed: debug, info, warning, error)" in text
     assert "pipeline.lso_lag_series: 'some' is not allowed (allowed: nonzero, open, all)" in text
@@ -84,8 +85,7 @@ def test_missing_clusters_and_unknown_top_level_key() -> None:
 
 
 def test_duplicate_cluster_names_rejected() -> None:
-    raw = {"clusters": [{"name": "a", "bootstrap_servers": "h:1"},
-                        {"name": "a", "bootstrap_servers": "h:2"}]}
+    raw = {"clusters": [{"name": "a", "bootstrap_servers": "h:1"}, {"name": "a", "bootstrap_servers": "h:2"}]}
     assert any("used more than once" in p for p in problems(raw))
 
 
@@ -97,9 +97,14 @@ def test_timeout_must_be_shorter_than_interval() -> None:
 def test_secrets_from_environment_and_files(tmp_path: Path) -> None:
     secret = tmp_path / "password"
     secret.write_text("s3cret\n")
-    raw = minimal(kafka={"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
-                         "sasl.username": "${KAFKA_USER}"},
-                  kafka_files={"sasl.password": str(secret)})
+    raw = minimal(
+        kafka={
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "${KAFKA_USER}",
+        },
+        kafka_files={"sasl.password": str(secret)},
+    )
     config = parse_config(raw, env={"KAFKA_USER": "exporter"}, base_dir=tmp_path)
     kafka = config.clusters[0].kafka
     assert kafka["sasl.username"] == "exporter"
@@ -109,8 +114,9 @@ def test_secrets_from_environment_and_files(tmp_path: Path) -> None:
 
 
 def test_missing_env_var_and_unreadable_secret_file(tmp_path: Path) -> None:
-    raw = minimal(kafka={"sasl.username": "${NOPE}"},
-                  kafka_files={"sasl.password": str(tmp_path / "missing")})
+    raw = minimal(
+        kafka={"sasl.username": "${NOPE}"}, kafka_files={"sasl.password": str(tmp_path / "missing")}
+    )
     found = problems(raw)
     assert "clusters[0].kafka.sasl.username: environment variable NOPE is not set" in found
     assert any(p.startswith("clusters[0].kafka_files.sasl.password: cannot read") for p in found)
@@ -119,8 +125,7 @@ def test_missing_env_var_and_unreadable_secret_file(tmp_path: Path) -> None:
 def test_sasl_settings_are_checked() -> None:
     found = problems(minimal(kafka={"security.protocol": "SASL_SSL", "sasl.mechanism": "MD5"}))
     assert any("sasl.mechanism: 'MD5' is not allowed" in p for p in found)
-    found = problems(minimal(kafka={"security.protocol": "SASL_PLAINTEXT",
-                                    "sasl.mechanism": "PLAIN"}))
+    found = problems(minimal(kafka={"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"}))
     assert any("sasl.username and sasl.password are required for PLAIN" in p for p in found)
     found = problems(minimal(kafka={"bootstrap.servers": "x:1"}))
     assert any("clusters[0].kafka.bootstrap.servers: unsupported property" in p for p in found)
@@ -131,8 +136,9 @@ def test_spark_targets() -> None:
     assert ok.spark.master == "spark://10.0.0.1:7077"
     ok = parse_config({**minimal(), "spark": {"connect_url": "sc://spark:15002"}}, env={})
     assert ok.spark.connect_url == "sc://spark:15002"
-    found = problems({**minimal(), "spark": {"master": "local[x]", "connect_url": "http://x",
-                                             "conf": {"foo": "1"}}})
+    found = problems(
+        {**minimal(), "spark": {"master": "local[x]", "connect_url": "http://x", "conf": {"foo": "1"}}}
+    )
     assert len(found) == 3
 
 
@@ -146,8 +152,10 @@ def test_topic_patterns_validated_and_applied() -> None:
     assert not matches("payments")
 
 
-@pytest.mark.parametrize(("text", "ms"), [("250ms", 250), ("30s", 30_000), ("5m", 300_000),
-                                          ("1h", 3_600_000), (2, 2000), ("1.5s", 1500)])
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [("250ms", 250), ("30s", 30_000), ("5m", 300_000), ("1h", 3_600_000), (2, 2000), ("1.5s", 1500)],
+)
 def test_durations(text: object, ms: int) -> None:
     assert parse_duration_ms(text) == ms
 
@@ -179,8 +187,10 @@ def test_gssapi_and_non_string_properties_are_refused_clearly() -> None:
 
 
 def test_spark_connect_token_never_in_repr() -> None:
-    config = parse_config({**minimal(), "spark": {"connect_url": "${URL}"}},
-                          env={"URL": "sc://spark:15002/;token=s3cr3t;user_id=x"})
+    config = parse_config(
+        {**minimal(), "spark": {"connect_url": "${URL}"}},
+        env={"URL": "sc://spark:15002/;token=s3cr3t;user_id=x"},
+    )
     assert config.spark.connect_url == "sc://spark:15002/;token=s3cr3t;user_id=x"
     assert "s3cr3t" not in repr(config.spark)
     assert "s3cr3t" not in repr(config)
