@@ -1,13 +1,21 @@
 """``kafka-txn-exporter``: the daemon (``run``) and the operator commands.
 
 Flags follow Prometheus exporters (``--config.file``, ``--web.listen-address``,
-``--log.level``). Exit codes: 0 ok, 1 findings (find-hanging) or refused, 2 usage or config
-error, 3 Kafka error, 4 unexpected error.
+``--log.level``). Exit codes (:class:`~exporter.exitcodes.ExitCode`): 0 ok, 1 findings
+(find-hanging, doctor) or refused, 2 usage or config error (also: the listen address cannot
+be bound), 3 Kafka error, 4 unexpected error, 130 interrupted. With ``--output json`` an error
+is a JSON document on stdout too: ``{"error": "...", "exit_code": N}``.
+
+``run`` reloads its configuration on SIGHUP, as Prometheus does: the file is validated first;
+when it is invalid the daemon keeps running on the previous configuration and logs why.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import itertools
 import json
 import logging
 import signal
@@ -16,23 +24,41 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from exporter import __version__
-from exporter.config import LOG_LEVELS, Config, ConfigError, WebConfig, load_config
+from exporter.config import (
+    LOG_LEVELS,
+    WEB,
+    Config,
+    ConfigError,
+    load_config,
+    parse_flag,
+)
+from exporter.exitcodes import ExitCode
 
-EXIT_OK = 0
-EXIT_FINDINGS = 1
-EXIT_USAGE = 2
-EXIT_KAFKA = 3
-EXIT_INTERNAL = 4
+if TYPE_CHECKING:
+    from exporter.daemon import Daemon
+
+# The names scripts and older imports use; the values are the enum's.
+EXIT_OK = ExitCode.OK
+EXIT_FINDINGS = ExitCode.FINDINGS
+EXIT_USAGE = ExitCode.USAGE
+EXIT_KAFKA = ExitCode.KAFKA
+EXIT_INTERNAL = ExitCode.INTERNAL
+EXIT_INTERRUPTED = ExitCode.INTERRUPTED
 
 log = logging.getLogger("exporter")
 
 
 class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        entry = {"ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"), "level": record.levelname,
-                 "logger": record.name, "msg": record.getMessage()}
+        entry = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry)
@@ -53,7 +79,7 @@ def setup_logging(level: str, fmt: str = "text") -> None:
 
 
 class SignalStop:
-    """Waits for SIGTERM or SIGINT.
+    """Waits for SIGTERM or SIGINT (stop) and SIGHUP (reload).
 
     The handler only records the signal: it runs between two bytecodes of the main thread,
     so it must not take a lock that thread may hold (``threading.Event.set`` from a handler
@@ -62,18 +88,31 @@ class SignalStop:
 
     def __init__(self) -> None:
         self.received: int | None = None
+        self._hangups = 0
+        self._hangups_seen = 0
         signal.signal(signal.SIGTERM, self._handle)
         signal.signal(signal.SIGINT, self._handle)
+        signal.signal(signal.SIGHUP, self._hangup)
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         self.received = signum
 
-    def wait(self, poll_s: float = 0.2) -> None:
-        while self.received is None:
+    def _hangup(self, _signum: int, _frame: FrameType | None) -> None:
+        self._hangups += 1
+
+    def wait(self, poll_s: float = 0.2) -> bool:
+        """Block until a signal: True to stop, False to reload (SIGHUP)."""
+        while self.received is None and self._hangups == self._hangups_seen:
             time.sleep(poll_s)
-        log.info("received %s, stopping", signal.Signals(self.received).name)
+        if self.received is not None:
+            log.info("received %s, stopping", signal.Signals(self.received).name)
+            return True
+        self._hangups_seen = self._hangups
+        log.info("received SIGHUP, reloading the configuration")
+        return False
 
 
+# fmt: off
 def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="run the exporter daemon",
                        description="Collect transaction health on a schedule and serve /metrics.")
@@ -88,52 +127,87 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        description="Validate a configuration file; every problem is listed.")
     c.add_argument("--config.file", dest="config_file", required=True, metavar="FILE")
     c.set_defaults(handler=_cmd_check_config)
+# fmt: on
+
+
+def load_run_config(
+    config_file: str, *, listen_address: str | None = None, log_level: str | None = None
+) -> Config:
+    """The file's config with the daemon's flags applied; each flag is validated by the key
+    it overrides, and named in the message. Raises ConfigError listing every problem."""
+    problems: list[str] = []
+    config: Config | None = None
+    try:
+        config = load_config(config_file)
+    except ConfigError as e:
+        problems.extend(e.problems)
+    if listen_address is not None:
+        try:
+            address = parse_flag(WEB, "listen_address", listen_address, "--web.listen-address")
+        except ConfigError as e:
+            problems.extend(e.problems)
+        else:
+            if config is not None:
+                config = replace(config, web=replace(config.web, listen_address=address))
+    if problems or config is None:
+        raise ConfigError(problems)
+    if log_level is not None:
+        config = replace(config, log=replace(config.log, level=log_level))
+    return config
 
 
 def _load(args: argparse.Namespace) -> Config:
-    config = load_config(args.config_file)
-    overrides: list[str] = []
-    if getattr(args, "listen_address", None):
-        from exporter.config import parse_config
-
-        # Validate the flag exactly like the file's key.
-        try:
-            parse_config({"clusters": [{"name": "x", "bootstrap_servers": "h:1"}],
-                          "web": {"listen_address": args.listen_address}}, env={})
-        except ConfigError as e:
-            overrides.extend(p.replace("web.listen_address", "--web.listen-address")
-                             for p in e.problems)
-        config = replace(config, web=WebConfig(listen_address=args.listen_address,
-                                               telemetry_path=config.web.telemetry_path))
-    if overrides:
-        raise ConfigError(overrides)
-    if getattr(args, "log_level", None):
-        config = replace(config, log=replace(config.log, level=args.log_level))
-    return config
+    return load_run_config(
+        args.config_file,
+        listen_address=getattr(args, "listen_address", None),
+        log_level=getattr(args, "log_level", None),
+    )
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
     config = _load(args)
     names = ", ".join(c.name for c in config.clusters)
     print(f"{args.config_file}: ok ({len(config.clusters)} cluster(s): {names})")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from exporter.daemon import Daemon
+    from exporter.daemon.listen import listen_error_text
 
     config = _load(args)
     setup_logging(config.log.level, config.log.format)
     stop = SignalStop()
     daemon = Daemon(config)
     try:
-        daemon.start()
-        stop.wait()
+        try:
+            daemon.start()
+        except OSError as e:  # the HTTP bind: in use, not a local address, not permitted
+            print(f"kafka-txn-exporter: {listen_error_text(config.web, e)}", file=sys.stderr)
+            return ExitCode.USAGE
+        while not stop.wait():
+            _reload(args, daemon)
     finally:
         daemon.stop()
-    return EXIT_OK
+    return ExitCode.OK
 
 
+def _reload(args: argparse.Namespace, daemon: Daemon) -> None:
+    """Validate the file again and switch to it; on any problem keep the running config."""
+    try:
+        config = _load(args)
+    except ConfigError as e:
+        log.error("reload failed, still running on the previous configuration: %s", e)
+        return
+    try:
+        daemon.reload(config)
+    except OSError as e:
+        log.error("reload failed, still running on the previous configuration: %s", e.strerror or e)
+        return
+    setup_logging(config.log.level, config.log.format)
+
+
+# fmt: off
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kafka-txn-exporter",
@@ -145,20 +219,49 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_commands(sub)
     return parser
+# fmt: on
+
+
+def fail(args: argparse.Namespace | None, message: str, code: ExitCode) -> int:
+    """Report an error: a line on stderr, and with ``--output json`` a document on stdout."""
+    print(f"kafka-txn-exporter: {message}", file=sys.stderr)
+    if args is not None and getattr(args, "output", None) == "json":
+        print(json.dumps({"error": message, "exit_code": int(code)}))
+    return int(code)
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse the flags; with ``--output json``, argparse's own errors are JSON on stdout too."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    wants_json = "--output=json" in words or any(
+        a == "--output" and b == "json" for a, b in itertools.pairwise(words)
+    )
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors):
+            args = build_parser().parse_args(words)
+    except SystemExit as e:
+        sys.stderr.write(errors.getvalue())
+        lines = errors.getvalue().strip().splitlines()
+        if e.code == ExitCode.USAGE and wants_json and lines:
+            print(json.dumps({"error": lines[-1], "exit_code": int(ExitCode.USAGE)}))
+        raise
+    sys.stderr.write(errors.getvalue())
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args: argparse.Namespace | None = None
     try:
+        args = _parse(argv)
         return int(args.handler(args))
     except ConfigError as e:
-        print(f"kafka-txn-exporter: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(args, str(e), ExitCode.USAGE)
+    except KeyboardInterrupt:
+        return fail(args, "interrupted", ExitCode.INTERRUPTED)
     except Exception as e:  # never exit 1: scripts read it as "findings" / "refused"
         log.debug("unexpected failure", exc_info=True)
-        print(f"kafka-txn-exporter: unexpected error: {type(e).__name__}: {e}", file=sys.stderr)
-        return EXIT_INTERNAL
+        return fail(args, f"unexpected error: {type(e).__name__}: {e}", ExitCode.INTERNAL)
 
 
 if __name__ == "__main__":

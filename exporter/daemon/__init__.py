@@ -124,6 +124,68 @@ class Daemon:
             job.wait_idle()
         log.info("exporter stopped")
 
+    def reload(self, config: Config) -> None:
+        """Run on ``config`` from now on (SIGHUP). ``config`` is already validated.
+
+        Every cluster gets a new job (new Kafka clients) and a fresh registry and store of
+        exporter counters; a cluster kept by name keeps its last published state (its
+        findings and their confirmation counts) and is collected again at once. The HTTP
+        server is replaced only when the listen address changed, and the new address is
+        bound first: when it cannot be bound, :class:`~exporter.daemon.listen.ListenError`
+        is raised and nothing changed. A change of the ``spark`` section needs a restart (it
+        is logged and ignored); ``pipeline`` settings apply from the next cycle.
+        """
+        from dataclasses import replace
+
+        from exporter.daemon.listen import bind_http_server
+
+        old = self.config
+        # The cycle listeners given to __init__ (the jobs hold them).
+        listeners = self.jobs[0]._listeners if self.jobs else ()
+        server = None
+        if config.web.listen_address != old.web.listen_address and self._server is not None:
+            handler = type("Handler", (Handler,), {"daemon_ref": self})
+            server = bind_http_server(config.web, handler)  # raises before anything changed
+        if config.spark != old.spark:
+            log.warning("reload: the spark section changed; restart the exporter to apply it "
+                        "(keeping %s)", old.spark.redacted_connect_url or old.spark.master)
+            config = replace(config, spark=old.spark)
+        if self._scheduler is not None:
+            for job in self.jobs:
+                self._scheduler.remove_job(job.cluster.name)
+        for job in self.jobs:
+            job.close()
+        for job in self.jobs:
+            job.wait_idle()
+        names = [c.name for c in config.clusters]
+        store = StateStore(names)
+        for name in names:
+            if name in {c.name for c in old.clusters}:
+                store.put(self.store.get(name))
+        registry = CollectorRegistry()
+        metrics = ExporterMetrics(registry, names)
+        registry.register(TransactionHealthCollector(store, config.pipeline))
+        self.pipeline.settings = config.pipeline
+        self.jobs = [ClusterJob.build(c, self.pipeline, store, metrics, listeners)
+                     for c in config.clusters]
+        self.store, self.metrics, self.registry, self.config = store, metrics, registry, config
+        if self._scheduler is not None:
+            for job in self.jobs:
+                self._scheduler.add_job(job.run_cycle, "interval", id=job.cluster.name,
+                                        name=f"cycle {job.cluster.name}",
+                                        seconds=job.cluster.interval_ms / 1000,
+                                        next_run_time=_now_utc())
+        if server is not None:
+            old_server, self._server = self._server, server
+            self._server_thread = threading.Thread(target=server.serve_forever, name="http",
+                                                   daemon=True)
+            self._server_thread.start()
+            if old_server is not None:
+                old_server.shutdown()
+                old_server.server_close()
+        log.info("configuration reloaded: %d cluster(s) (%s), listening on %s", len(self.jobs),
+                 ", ".join(names), config.web.listen_address)
+
 
 def _now_utc() -> Any:
     import datetime

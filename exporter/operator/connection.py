@@ -1,10 +1,10 @@
-"""Which cluster an operator command talks to, from its flags.
+"""Which cluster an operator command talks to, from its connection flags.
 
 Two ways, as with Kafka's own tools and the daemon: ``--bootstrap-server`` with an optional
 ``--command-config`` properties file (librdkafka property names), or the daemon's
-``--config.file`` with ``--cluster``. Both are validated by the config tree's own rules
-(:func:`exporter.config.parse_config`), so a property the daemon rejects is rejected here
-too, with the flag named instead of the YAML key.
+``--config.file`` with ``--cluster``. Both are read by the config model's cluster section
+(:func:`exporter.config.cluster_from_flags`), so a property the daemon rejects is rejected
+here too, with the flag named instead of the YAML key.
 """
 
 from __future__ import annotations
@@ -16,22 +16,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from exporter.config import (
+    CLUSTER,
     ClusterConfig,
     ConfigError,
+    cluster_from_flags,
     load_config,
-    parse_config,
-    parse_duration_ms,
+    parse_flag,
 )
 from exporter.kafka.admin import ClusterAdmin
 from exporter.model import PipelineSettings
+from exporter.operator.requests import Connection, UsageError
 
-DEFAULT_REQUEST_TIMEOUT_MS = 10_000
-#: Any interval longer than every sensible request timeout: the CLI has no schedule.
-_NO_INTERVAL = "1d"
-
-
-class UsageError(ValueError):
-    """A flag or flag combination is invalid. The message names the flag."""
+__all__ = ["Target", "UsageError", "add_connection_flags", "read_properties", "resolve_target"]
 
 
 @dataclass(frozen=True)
@@ -42,38 +38,68 @@ class Target:
     pipeline: PipelineSettings = field(default_factory=PipelineSettings)
 
     def admin(self) -> ClusterAdmin:
-        return ClusterAdmin(bootstrap_servers=self.cluster.bootstrap_servers,
-                            properties=self.cluster.kafka,
-                            request_timeout_ms=self.cluster.request_timeout_ms)
+        return ClusterAdmin(
+            bootstrap_servers=self.cluster.bootstrap_servers,
+            properties=self.cluster.kafka,
+            request_timeout_ms=self.cluster.request_timeout_ms,
+        )
 
 
 def add_connection_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
-        "connection", "either --bootstrap-server [--command-config] or --config.file [--cluster]")
-    group.add_argument("--bootstrap-server", dest="bootstrap_server", metavar="HOST:PORT",
-                       help="broker(s) to bootstrap from, comma-separated")
-    group.add_argument("--command-config", dest="command_config", metavar="FILE",
-                       help="properties file of librdkafka client settings (security.protocol, "
-                            "sasl.mechanism, ssl.ca.location ...); ${ENV} values are resolved")
-    group.add_argument("--config.file", dest="config_file", metavar="FILE",
-                       help="the exporter's YAML configuration file")
-    group.add_argument("--cluster", metavar="NAME",
-                       help="cluster name in --config.file (needed when it has several)")
-    group.add_argument("--request-timeout", dest="request_timeout", metavar="DURATION",
-                       help="timeout of each Kafka request, e.g. 10s, 500ms (default: the "
-                            "cluster's request_timeout, else 10s)")
+        "connection", "either --bootstrap-server [--command-config] or --config.file [--cluster]"
+    )
+    group.add_argument(
+        "--bootstrap-server",
+        dest="bootstrap_server",
+        metavar="HOST:PORT",
+        help="broker(s) to bootstrap from, comma-separated ([IPV6]:PORT for IPv6)",
+    )
+    group.add_argument(
+        "--command-config",
+        dest="command_config",
+        metavar="FILE",
+        help="properties file of librdkafka client settings (security.protocol, "
+        "sasl.mechanism, ssl.ca.location ...); ${ENV} values are resolved",
+    )
+    group.add_argument(
+        "--config.file", dest="config_file", metavar="FILE", help="the exporter's YAML configuration file"
+    )
+    group.add_argument(
+        "--cluster", metavar="NAME", help="cluster name in --config.file (needed when it has several)"
+    )
+    group.add_argument(
+        "--request-timeout",
+        dest="request_timeout",
+        metavar="DURATION",
+        help="timeout of each Kafka request, e.g. 10s, 500ms (default: the "
+        "cluster's request_timeout, else 10s; at most 5m)",
+    )
+
+
+def connection_from_args(args: argparse.Namespace) -> Connection:
+    return Connection(
+        bootstrap_server=args.bootstrap_server,
+        command_config=args.command_config,
+        config_file=args.config_file,
+        cluster=args.cluster,
+        request_timeout=args.request_timeout,
+    )
 
 
 def read_properties(path: str) -> dict[str, str]:
     """A Java-style properties file: ``key=value`` or ``key: value``, ``#``/``!`` comments,
-    backslash line continuation."""
+    backslash line continuation. A bad line is named by number, never quoted (it may hold a
+    password)."""
     try:
         text = Path(path).read_text()
     except OSError as e:
-        raise UsageError(f"--command-config {path}: cannot read: {e.strerror}") from e
+        raise UsageError(f"--command-config {path}: cannot read: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--command-config {path}: not UTF-8 text") from None
     props: dict[str, str] = {}
     pending = ""
-    for raw in text.splitlines():
+    for number, raw in enumerate(text.splitlines(), start=1):
         line = pending + raw.strip()
         pending = ""
         if not line or line.startswith(("#", "!")):
@@ -83,73 +109,58 @@ def read_properties(path: str) -> dict[str, str]:
             continue
         cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
         if cut <= 0:
-            raise UsageError(f"--command-config {path}: {raw.strip()!r} is not key=value")
-        props[line[:cut].strip()] = line[cut + 1:].strip()
+            raise UsageError(f"--command-config {path}: line {number} is not key=value (content not shown)")
+        props[line[:cut].strip()] = line[cut + 1 :].strip()
     return props
 
 
-def request_timeout_ms(args: argparse.Namespace) -> int | None:
-    value = getattr(args, "request_timeout", None)
-    if value is None:
-        return None
-    try:
-        ms = parse_duration_ms(value)
-    except ValueError as e:
-        raise UsageError(f"--request-timeout: {e}") from e
-    if ms < 100:
-        raise UsageError(f"--request-timeout: {value!r} is too short (at least 100ms)")
-    return ms
-
-
-def resolve_target(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Target:
+def resolve_target(conn: Connection, env: Mapping[str, str] | None = None) -> Target:
     """The cluster the flags name. Raises UsageError (bad flags) or ConfigError (bad file)."""
-    timeout = request_timeout_ms(args)
-    if args.config_file and args.bootstrap_server:
+    if conn.config_file and conn.bootstrap_server:
         raise UsageError("--bootstrap-server and --config.file are mutually exclusive")
-    if args.config_file:
-        if args.command_config:
-            raise UsageError("--command-config goes with --bootstrap-server; with --config.file "
-                             "the cluster's kafka: section holds the client settings")
-        return _from_config_file(args.config_file, args.cluster, timeout)
-    if not args.bootstrap_server:
+    if conn.config_file:
+        if conn.command_config:
+            raise UsageError(
+                "--command-config goes with --bootstrap-server; with --config.file "
+                "the cluster's kafka: section holds the client settings"
+            )
+        return _from_config_file(conn)
+    if not conn.bootstrap_server:
         raise UsageError("one of --bootstrap-server or --config.file is required")
-    if args.cluster:
+    if conn.cluster:
         raise UsageError("--cluster needs --config.file")
-    props = read_properties(args.command_config) if args.command_config else {}
-    raw = {"clusters": [{
-        "name": "cli", "bootstrap_servers": args.bootstrap_server, "interval": _NO_INTERVAL,
-        "request_timeout": f"{timeout or DEFAULT_REQUEST_TIMEOUT_MS}ms", "kafka": props}]}
+    props = read_properties(conn.command_config) if conn.command_config else {}
     try:
-        config = parse_config(raw, env=os.environ if env is None else env)
+        cluster = cluster_from_flags(
+            bootstrap_servers=conn.bootstrap_server,
+            request_timeout=conn.request_timeout,
+            properties=props,
+            properties_file=conn.command_config,
+            env=os.environ if env is None else env,
+        )
     except ConfigError as e:
-        raise UsageError("; ".join(_flag_problem(p, args.command_config) for p in e.problems)) from e
-    return Target(cluster=config.clusters[0])
+        raise UsageError("; ".join(e.problems)) from None
+    return Target(cluster=cluster)
 
 
-def _flag_problem(problem: str, command_config: str | None) -> str:
-    prefix = "clusters[0]."
-    text = problem[len(prefix):] if problem.startswith(prefix) else problem
-    if text.startswith("bootstrap_servers"):
-        return "--bootstrap-server" + text[len("bootstrap_servers"):]
-    if text.startswith("request_timeout"):
-        return "--request-timeout" + text[len("request_timeout"):]
-    if text.startswith("kafka"):
-        key = text[len("kafka"):].lstrip(".")
-        return f"--command-config {command_config}: {key}"
-    return text
-
-
-def _from_config_file(path: str, name: str | None, timeout_ms: int | None) -> Target:
+def _from_config_file(conn: Connection) -> Target:
+    timeout_ms: int | None = None
+    if conn.request_timeout is not None:  # the flag first: a usage error before the file
+        try:
+            timeout_ms = parse_flag(CLUSTER, "request_timeout", conn.request_timeout, "--request-timeout")
+        except ConfigError as e:
+            raise UsageError("; ".join(e.problems)) from None
+    path = str(conn.config_file)
     config = load_config(path)
     names = [c.name for c in config.clusters]
-    if name is None:
+    if conn.cluster is None:
         if len(config.clusters) > 1:
             raise UsageError(f"--cluster is required: {path} has clusters {', '.join(names)}")
         cluster = config.clusters[0]
     else:
-        matches = [c for c in config.clusters if c.name == name]
+        matches = [c for c in config.clusters if c.name == conn.cluster]
         if not matches:
-            raise UsageError(f"--cluster {name!r} is not in {path} (clusters: {', '.join(names)})")
+            raise UsageError(f"--cluster {conn.cluster!r} is not in {path} (clusters: {', '.join(names)})")
         cluster = matches[0]
     if timeout_ms is not None:
         cluster = replace(cluster, request_timeout_ms=timeout_ms)

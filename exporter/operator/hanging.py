@@ -11,44 +11,46 @@ to.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from exporter.exitcodes import ExitCode
 from exporter.kafka.admin import ClusterAdmin
 from exporter.kafka.collector import SnapshotCollector
 from exporter.kafka.errors import KafkaRequestError
-from exporter.model import ClusterSnapshot, CycleResult, Finding, TxnClass
+from exporter.model import ClusterSnapshot, CycleResult, Finding, TxnClass, UnknownReason
 from exporter.operator.connection import Target
-from exporter.operator.render import (
-    describe_error,
-    emit,
-    error_json,
-    human_duration,
-    iso_ms,
-    note,
-    table,
+from exporter.operator.records import (
+    FINDING_COLUMNS,
+    Record,
+    error_record,
+    error_text,
+    finding_record,
+    reason_text,
+    rows,
 )
+from exporter.operator.render import emit, human_duration, note
+from exporter.operator.requests import FindHangingRequest
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
-EXIT_OK = 0
-EXIT_FINDINGS = 1
-EXIT_KAFKA = 3
+#: The ACL that lets the exporter's principal see every transaction's owner.
+INVISIBLE_OWNER_ACL_HINT = (
+    "the exporter's principal may lack Describe on some transactional ids; grant it with: "
+    "kafka-acls.sh --add --allow-principal User:<exporter> --operation Describe "
+    "--transactional-id '*' (or the owning application's prefix with "
+    "--resource-pattern-type prefixed)"
+)
 
 #: The CLI reports everything it finds; the daemon's cap protects label sets, not a terminal.
 _NO_CAP = 10_000_000
-
-HEADERS = ("Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch",
-           "StartOffset", "LastTimestamp", "Age(min)", "Leader", "TransactionalId", "Reason",
-           "StartTime", "StartTimeSource", "LsoLag")
 
 
 @contextmanager
@@ -88,9 +90,13 @@ class Classified:
                 return p.lso_lag
         return None
 
+    def record(self, f: Finding) -> Record:
+        return finding_record(f, self.lso_lag(f.topic, f.partition))
 
-def classify(target: Target, spark: SparkSession, *,
-             partitions: Sequence[tuple[str, int]] | None) -> Classified:
+
+def classify(
+    target: Target, spark: SparkSession, *, partitions: Sequence[tuple[str, int]] | None
+) -> Classified:
     """One snapshot of ``partitions`` (all when None), classified with hanging confirmed at
     once: an operator looking now wants this cycle's answer."""
     from exporter.pipeline.compute import compute
@@ -106,8 +112,9 @@ def classify(target: Target, spark: SparkSession, *,
     return Classified(snapshot, compute(spark, snapshot, settings, None, now), now)
 
 
-def scope_partitions(admin: ClusterAdmin, *, broker_id: int | None, topic: str | None,
-                     partition: int | None) -> list[tuple[str, int]] | None:
+def scope_partitions(
+    admin: ClusterAdmin, *, broker_id: int | None, topic: str | None, partition: int | None
+) -> list[tuple[str, int]] | None:
     """The partitions to search, like Kafka's tool: a partition, a topic, or every partition
     with a replica on a broker. None: the whole cluster."""
     if broker_id is None and topic is None:
@@ -116,99 +123,70 @@ def scope_partitions(admin: ClusterAdmin, *, broker_id: int | None, topic: str |
     if broker_id is not None:
         known = [b.broker_id for b in metadata.brokers]
         if broker_id not in known:
-            raise KafkaRequestError("Metadata", "BROKER_NOT_AVAILABLE", broker_id=broker_id,
-                                    message=f"not in the cluster (brokers: "
-                                            f"{', '.join(map(str, known))})")
+            raise KafkaRequestError(
+                "Metadata",
+                "BROKER_NOT_AVAILABLE",
+                broker_id=broker_id,
+                message=f"not in the cluster (brokers: {', '.join(map(str, known))})",
+            )
         return sorted(tp for tp, replicas in metadata.replicas.items() if broker_id in replicas)
     found = sorted(tp for tp in metadata.leaders if partition is None or tp[1] == partition)
     if not found:
         what = topic if partition is None else f"{topic}-{partition}"
-        raise KafkaRequestError("Metadata", "UNKNOWN_TOPIC_OR_PARTITION",
-                                message=f"{what} does not exist")
+        raise KafkaRequestError("Metadata", "UNKNOWN_TOPIC_OR_PARTITION", message=f"{what} does not exist")
     return found
 
 
-def finding_json(f: Finding, lso_lag: int | None) -> dict[str, Any]:
-    return {
-        "topic": f.topic,
-        "partition": f.partition,
-        "broker_id": f.broker_id,
-        "producer_id": f.producer_id,
-        "producer_epoch": f.producer_epoch,
-        "coordinator_epoch": f.coordinator_epoch,
-        "start_offset": f.start_offset,
-        "last_timestamp_ms": f.last_timestamp_ms,
-        "start_time_ms": f.start_time_ms,
-        "start_time": iso_ms(f.start_time_ms),
-        "start_time_source": f.start_time_source.value,
-        "age_ms": f.duration_ms,
-        "class": f.txn_class.value,
-        "reason": f.hanging_reason.value if f.hanging_reason else None,
-        "transactional_id": f.transactional_id,
-        "coordinator_id": f.coordinator_id if f.coordinator_id >= 0 else None,
-        "coordinator_state": f.coordinator_state,
-        "lso_lag": lso_lag,
-    }
-
-
-def find_hanging(admin: ClusterAdmin, spark: SparkSession, target: Target,
-                 args: argparse.Namespace) -> int:
-    max_ms = args.max_transaction_timeout * 60_000
-    partitions = scope_partitions(admin, broker_id=args.broker_id, topic=args.topic,
-                                  partition=args.partition)
+def find_hanging(
+    admin: ClusterAdmin, spark: SparkSession, target: Target, request: FindHangingRequest
+) -> int:
+    max_ms = request.max_transaction_timeout_min * 60_000
+    partitions = scope_partitions(
+        admin, broker_id=request.broker_id, topic=request.topic, partition=request.partition
+    )
     if partitions == []:
-        note(f"find-hanging: broker {args.broker_id} holds no partition replicas")
+        note(f"find-hanging: broker {request.broker_id} holds no partition replicas")
     classified = classify(target, spark, partitions=partitions)
     findings = classified.result.findings
     # Kafka's tool compares with ">" too (now - LastTimestamp > max timeout).
     hanging = [f for f in findings if f.txn_class is TxnClass.HANGING and f.duration_ms > max_ms]
     unknown = [f for f in findings if f.txn_class is TxnClass.UNKNOWN]
     errors = classified.snapshot.errors
+    hanging_records = [classified.record(f) for f in hanging]
     doc = {
-        "max_transaction_timeout_minutes": args.max_transaction_timeout,
-        "hanging": [finding_json(f, classified.lso_lag(f.topic, f.partition)) for f in hanging],
-        "unclassified": [finding_json(f, classified.lso_lag(f.topic, f.partition))
-                         for f in unknown],
-        "errors": [error_json(e) for e in errors],
+        "max_transaction_timeout_minutes": request.max_transaction_timeout_min,
+        "hanging": hanging_records,
+        "unclassified": [classified.record(f) for f in unknown],
+        "errors": [error_record(e) for e in errors],
     }
-    emit(args.output, doc, table(HEADERS, [
-        (f.topic, f.partition, f.producer_id, f.producer_epoch, f.coordinator_epoch,
-         f.start_offset, f.last_timestamp_ms, f.duration_ms // 60_000, f.broker_id,
-         f.transactional_id, f.hanging_reason.value if f.hanging_reason else None,
-         iso_ms(f.start_time_ms), f.start_time_source.value,
-         classified.lso_lag(f.topic, f.partition))
-        for f in hanging]))
+    emit(request.output, doc, rows(FINDING_COLUMNS, hanging_records))
     younger = sum(1 for f in findings if f.txn_class is TxnClass.HANGING and f.duration_ms <= max_ms)
     if younger:
-        note(f"find-hanging: {younger} more hanging transaction(s) younger than "
-             f"--max-transaction-timeout {args.max_transaction_timeout} (minutes) not shown")
+        note(
+            f"find-hanging: {younger} more hanging transaction(s) younger than "
+            f"--max-transaction-timeout {request.max_transaction_timeout_min} (minutes) not shown"
+        )
     for f in unknown:
-        note(f"find-hanging: cannot tell whether the open transaction of producer id "
-             f"{f.producer_id} on {f.topic}-{f.partition} (start offset {f.start_offset}, "
-             f"age {human_duration(f.duration_ms)}) is hanging: its coordinator could not be read")
+        note(
+            f"find-hanging: cannot tell whether the open transaction of producer id "
+            f"{f.producer_id} on {f.topic}-{f.partition} (start offset {f.start_offset}, "
+            f"age {human_duration(f.duration_ms)}) is hanging: {reason_text(f)}"
+            + (
+                f"; {INVISIBLE_OWNER_ACL_HINT}"
+                if f.unknown_reason is UnknownReason.OWNER_MAY_BE_INVISIBLE
+                else ""
+            )
+        )
     for e in errors:
-        note(f"find-hanging: {describe_error(e)}")
-    if args.output == "table":
-        for f in hanging:
-            note(f"find-hanging: {f.topic}-{f.partition} start offset {f.start_offset}: "
-                 f"{reason_text(f)}; abort it with: kafka-txn-exporter abort --topic {f.topic} "
-                 f"--partition {f.partition} --start-offset {f.start_offset} ...")
+        note(f"find-hanging: {error_text(e)}")
+    if request.output == "table":
+        for record in hanging_records:
+            note(
+                f"find-hanging: {record['topic']}-{record['partition']} start offset "
+                f"{record['start_offset']}: {record['reason_text']}; abort it with: "
+                f"kafka-txn-exporter abort --topic {record['topic']} --partition "
+                f"{record['partition']} --start-offset {record['start_offset']} ..."
+            )
     if hanging:
-        return EXIT_FINDINGS
-    return EXIT_KAFKA if errors or unknown else EXIT_OK
-
-
-def reason_text(f: Finding) -> str:
-    """Why ``f`` is hanging, in words."""
-    reason = f.hanging_reason.value if f.hanging_reason else "unknown"
-    txn = f" (transactional id {f.transactional_id!r})" if f.transactional_id else ""
-    return {
-        "no_transactional_id": "no coordinator lists this producer id",
-        "transactional_id_not_found": f"the coordinator does not know the transactional id{txn}",
-        "producer_id_changed": f"the transactional id{txn} now belongs to another producer id",
-        "coordinator_not_open": f"the coordinator{txn} has no open transaction "
-                                f"(state {f.coordinator_state})",
-        "partition_not_in_transaction": f"the coordinator's open transaction{txn} does not "
-                                        "include this partition",
-    }.get(reason, reason)
-
+        return ExitCode.FINDINGS
+    return ExitCode.KAFKA if errors or unknown else ExitCode.OK

@@ -1,7 +1,8 @@
 """Output of the operator commands: Kafka-style tables or JSON, and the small formatters.
 
 Tables use Kafka's ``kafka-transactions.sh`` column names where a column means the same, so
-an operator can read both tools side by side; extra columns come after Kafka's.
+an operator can read both tools side by side; extra columns come after Kafka's. The records
+themselves are serialised once, in :mod:`exporter.operator.records`.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from exporter.model import CollectionError
-
 OUTPUTS = ("table", "json")
 
 
@@ -21,8 +20,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """Columns padded to their widest cell, separated by two spaces."""
     cells = [[str(h) for h in headers], *([_cell(v) for v in row] for row in rows)]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-                     for r in cells)
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
 
 
 def _cell(value: object) -> str:
@@ -64,17 +62,3 @@ def human_duration(ms: int) -> str:
     if minutes:
         return f"{minutes}m{seconds:02d}s"
     return f"{seconds}s"
-
-
-def describe_error(e: CollectionError) -> str:
-    """A collection error in one line, naming the API, the broker and Kafka's error code."""
-    where = f" on broker {e.broker_id}" if e.broker_id >= 0 else ""
-    part = f" for {e.topic}-{e.partition}" if e.topic else ""
-    message = f": {e.message}" if e.message else ""
-    return f"{e.api} failed{where}{part}: {e.error}{message}"
-
-
-def error_json(e: CollectionError) -> dict[str, Any]:
-    return {"api": e.api, "error": e.error, "broker_id": e.broker_id,
-            "topic": e.topic or None, "partition": e.partition if e.topic else None,
-            "message": e.message or None}

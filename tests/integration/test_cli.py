@@ -319,3 +319,87 @@ def test_abort_refuses_a_legitimate_transaction_and_force_terminate_ends_it(
     code, _, err = cli(capsys, *terminate, "--yes")
     assert code == 1
     assert "no open transaction to abort" in err
+
+
+# --- trust in the operator: doctor, both sides re-read, the epoch guard -----------------------
+
+
+def test_doctor_finds_nothing_missing_on_a_broker_that_allows_everything(
+    kafka: KafkaCluster, topic: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    run_transaction(kafka.bootstrap_servers, topic, partition=0)  # __transaction_state exists
+    bs = ("--bootstrap-server", kafka.bootstrap_servers)
+    code, doc, err = cli_json(capsys, "doctor", *bs)
+    assert code == 0, err
+    results = {(c["resource_type"], c["resource"], c["operation"]): c["permission"]
+               for c in doc["checks"]}
+    assert results == {
+        ("Topic", "*", "Describe"): "ok",
+        ("Topic", "__transaction_state", "Describe"): "ok",
+        ("Topic", "*", "Read"): "ok",
+        ("TransactionalId", "*", "Describe"): "ok",
+        ("Cluster", "kafka-cluster", "DescribeConfigs"): "ok",
+        ("Cluster", "kafka-cluster", "ClusterAction"): "not_probed",
+        ("TransactionalId", "*", "Write"): "not_probed",
+    }
+    assert doc["complete_cycle"] is True
+    assert all(c["grant"] is None for c in doc["checks"] if c["permission"] == "ok")
+
+    # A topic that is not there is reported as not visible (exit 1), with the grant line.
+    code, doc, _ = cli_json(capsys, "doctor", *bs, "--topic", topic, "--topic", "kte-absent")
+    assert code == 1
+    absent = [c for c in doc["checks"] if c["resource"] == "kte-absent"]
+    assert [(c["operation"], c["permission"]) for c in absent] == [("Describe", "missing")]
+    assert absent[0]["grant"].endswith("--operation Describe --topic 'kte-absent'")
+
+
+@pytest.mark.spark
+def test_abort_reads_the_coordinators_again_before_writing(
+    kafka: KafkaCluster, topic: str, hanging: HangingFactory,
+) -> None:
+    from exporter.kafka.admin import ClusterAdmin
+    from exporter.operator.actions import coordinator_owner
+
+    stuck = hanging(topic, partition=1)
+    with OpenTransaction(kafka.bootstrap_servers, topic, partition=0,
+                         transaction_timeout_ms=600_000) as txn, \
+            ClusterAdmin(bootstrap_servers=kafka.bootstrap_servers) as admin:
+        txn.begin()
+        leader = kafka.leader_of(topic, 0)
+        [live] = [p for p in admin.describe_producers({leader: [(topic, 0)]}).rows
+                  if p.current_txn_start_offset >= 0]
+        owner = coordinator_owner(admin, live.producer_id, topic, 0)
+        assert owner is not None
+        assert (owner.transactional_id, owner.state) == (txn.transactional_id, "Ongoing")
+        # The same producer id on another partition: the coordinator's transaction does not
+        # include it, so it does not own it there.
+        assert coordinator_owner(admin, live.producer_id, topic, 2) is None
+        assert coordinator_owner(admin, stuck.producer_id, topic, 1) is None
+
+
+def test_force_terminate_refuses_when_the_producer_re_initialised_since_the_dry_run(
+    kafka: KafkaCluster, topic: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    bs = ("--bootstrap-server", kafka.bootstrap_servers)
+    with OpenTransaction(kafka.bootstrap_servers, topic, partition=0,
+                         transaction_timeout_ms=600_000) as first:
+        first.begin()
+        terminate = ("force-terminate", *bs, "--transactional-id", first.transactional_id)
+        code, plan, err = cli_json(capsys, *terminate)
+        assert code == 0, err
+        seen = plan["expected_producer_epoch"]
+        assert seen == plan["before"]["producer_epoch"]
+        # The application restarts: InitProducerId bumps the epoch, a new transaction opens.
+        with OpenTransaction(kafka.bootstrap_servers, topic, partition=0,
+                             transactional_id=first.transactional_id,
+                             transaction_timeout_ms=600_000) as second:
+            first.is_open = False  # fenced
+            second.begin()
+            code, out, err = cli(capsys, *terminate, "--producer-epoch", str(seen), "--yes")
+            assert code == 1
+            assert out == ""
+            assert f"not {seen} (--producer-epoch)" in err and "nothing was changed" in err
+            code, described, _ = cli_json(capsys, "describe", *bs, "--transactional-id",
+                                          first.transactional_id)
+            assert described["state"] == "Ongoing"
+            assert described["producer_epoch"] > seen

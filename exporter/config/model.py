@@ -1,0 +1,575 @@
+"""The config model: one declaration per section, its defaults in the dataclass.
+
+The YAML file (``load_config``), the daemon's flags (``--web.listen-address``) and the
+operator's connection flags (``--bootstrap-server``, ``--command-config``,
+``--request-timeout``) are all read by the sections declared here.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from exporter.config.keys import (
+    ENV_REF,
+    INVALID,
+    Choice,
+    ConfigError,
+    Duration,
+    Flag,
+    Integer,
+    Items,
+    Key,
+    Kind,
+    Nested,
+    Patterns,
+    Reader,
+    Section,
+    StringMap,
+    Text,
+    Where,
+    type_name,
+)
+from exporter.model import PipelineSettings
+
+DEFAULT_LISTEN_ADDRESS = ":9851"
+DEFAULT_CLUSTER_LABEL = "kafka_cluster"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
+LSO_LAG_SERIES = ("nonzero", "open", "all")
+#: librdkafka's maximum socket.timeout.ms: a longer request timeout fails every request.
+MAX_REQUEST_TIMEOUT_MS = 300_000
+
+#: librdkafka properties that carry secrets: never logged, never exported, never quoted in a
+#: message, and refused as literals in the file unless ``allow_literal_secrets: true``.
+SECRET_PROPERTIES = frozenset(
+    {
+        "sasl.password",
+        "sasl.oauthbearer.client.secret",
+        "ssl.key.password",
+        "sasl.oauthbearer.config",
+    }
+)
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+#: Not available: the confluent-kafka wheels' librdkafka is built without Kerberos, and
+#: kafka-python needs the separate ``gssapi`` package.
+UNSUPPORTED_SASL_MECHANISMS = {
+    "GSSAPI": "the confluent-kafka wheel's librdkafka is built "
+    "without Kerberos support (PLAIN, SCRAM and OAUTHBEARER work)"
+}
+#: What OAUTHBEARER needs: kafka-python gets its tokens by the OIDC client-credentials grant.
+OAUTHBEARER_OIDC_PROPERTIES = (
+    "sasl.oauthbearer.client.id",
+    "sasl.oauthbearer.client.secret",
+    "sasl.oauthbearer.token.endpoint.url",
+)
+#: librdkafka properties the exporter understands and maps to both client libraries.
+KAFKA_PROPERTIES = frozenset(
+    {
+        "security.protocol",
+        "sasl.mechanism",
+        "sasl.mechanisms",
+        "sasl.username",
+        "sasl.password",
+        "sasl.kerberos.service.name",
+        "sasl.kerberos.principal",
+        "sasl.kerberos.keytab",
+        "sasl.oauthbearer.method",
+        "sasl.oauthbearer.client.id",
+        "sasl.oauthbearer.client.secret",
+        "sasl.oauthbearer.token.endpoint.url",
+        "sasl.oauthbearer.scope",
+        "sasl.oauthbearer.config",
+        "ssl.ca.location",
+        "ssl.certificate.location",
+        "ssl.key.location",
+        "ssl.key.password",
+        "ssl.endpoint.identification.algorithm",
+        "client.id",
+    }
+)
+#: The largest secret file read (a Kubernetes Secret is at most 1 MiB).
+_MAX_SECRET_FILE_BYTES = 1 << 20
+
+
+# --- addresses ----------------------------------------------------------------------------------
+
+_HOST_PORT = re.compile(r"^(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^\s:\[\],]*)):(?P<port>\d{1,5})$")
+
+
+def split_host_port(address: str) -> tuple[str, int] | None:
+    """``host:port``, ``:port`` or ``[ipv6]:port`` to (host without brackets, port); None when
+    it is none of these."""
+    m = _HOST_PORT.match(address.strip())
+    if m is None or int(m.group("port")) > 65535:
+        return None
+    if m.group("v6") is not None:
+        try:
+            ipaddress.IPv6Address(m.group("v6").split("%", 1)[0])
+        except ValueError:
+            return None
+        return m.group("v6"), int(m.group("port"))
+    return m.group("host"), int(m.group("port"))
+
+
+def _listen_address_problem(address: str) -> str | None:
+    if split_host_port(address) is None:
+        return "is not HOST:PORT, :PORT or [IPV6]:PORT (port 0-65535)"
+    return None
+
+
+def _bootstrap_problem(servers: str) -> str | None:
+    parts = [s.strip() for s in servers.split(",")]
+    bad = [p for p in parts if not p or (hp := split_host_port(p)) is None or not hp[0] or hp[1] == 0]
+    if bad:
+        return "must be HOST:PORT[,HOST:PORT...] (IPv6 as [ADDRESS]:PORT)"
+    return None
+
+
+# --- sections -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    listen_address: str = DEFAULT_LISTEN_ADDRESS
+    telemetry_path: str = "/metrics"
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        """(host, port) to bind: ``:9851`` binds every IPv4 address, ``[::]:9851`` every
+        address, ``[::1]:9851`` IPv6 loopback."""
+        split = split_host_port(self.listen_address)
+        assert split is not None, "validated by the config model"
+        host, port = split
+        return (host or "0.0.0.0", port)
+
+    @property
+    def is_ipv6(self) -> bool:
+        return ":" in self.host_port[0]
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    level: str = "info"
+    format: str = "text"
+
+
+_SPARK_MASTER = r"local(\[(\*|\d+)(,\d+)?\])?|spark://.+|yarn|k8s://.+"
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    """Where the pipeline runs: embedded local mode, a cluster master, or Spark Connect."""
+
+    master: str = "local[2]"
+    connect_url: str | None = None
+    app_name: str = "kafka-txn-exporter"
+    local_dir: str | None = None
+    driver_memory: str = "512m"
+    conf: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def redacted_connect_url(self) -> str | None:
+        """The Connect URL without its parameters (``/;token=...`` carries credentials)."""
+        return None if self.connect_url is None else redact_connect_url(self.connect_url)
+
+    def __repr__(self) -> str:  # keep a Connect token out of logs and tracebacks
+        return (
+            f"SparkConfig(master={self.master!r}, connect_url={self.redacted_connect_url!r}, "
+            f"app_name={self.app_name!r}, driver_memory={self.driver_memory!r})"
+        )
+
+
+def redact_connect_url(url: str) -> str:
+    return url.split("/;", 1)[0].split(";", 1)[0]
+
+
+@dataclass(frozen=True)
+class TopicFilter:
+    allow: tuple[str, ...] = (".*",)
+    deny: tuple[str, ...] = ()
+
+    def compiled(self) -> tuple[list[re.Pattern[str]], list[re.Pattern[str]]]:
+        return [re.compile(p) for p in self.allow], [re.compile(p) for p in self.deny]
+
+    def matcher(self) -> Callable[[str], bool]:
+        allow, deny = self.compiled()
+
+        def matches(topic: str) -> bool:
+            return any(p.fullmatch(topic) for p in allow) and not any(p.fullmatch(topic) for p in deny)
+
+        return matches
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    name: str
+    bootstrap_servers: str
+    interval_ms: int = 30_000
+    request_timeout_ms: int = 10_000
+    topics: TopicFilter = field(default_factory=TopicFilter)
+    #: Read the record batch at each open transaction's start offset for its start time.
+    read_batch_timestamps: bool = True
+    #: librdkafka properties (security etc.), secrets already resolved.
+    kafka: Mapping[str, str] = field(default_factory=dict)
+
+    def redacted_kafka(self) -> dict[str, str]:
+        return {k: ("<redacted>" if k in SECRET_PROPERTIES else v) for k, v in self.kafka.items()}
+
+    def __repr__(self) -> str:  # keep secrets out of logs and tracebacks
+        return (
+            f"ClusterConfig(name={self.name!r}, bootstrap_servers={self.bootstrap_servers!r}, "
+            f"interval_ms={self.interval_ms}, kafka={self.redacted_kafka()!r})"
+        )
+
+
+@dataclass(frozen=True)
+class Config:
+    clusters: tuple[ClusterConfig, ...]
+    web: WebConfig = field(default_factory=WebConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    spark: SparkConfig = field(default_factory=SparkConfig)
+    pipeline: PipelineSettings = field(default_factory=PipelineSettings)
+    #: The label that carries the Kafka cluster's name on every series. ``cluster`` belongs to
+    #: the Kubernetes cluster in kube-prometheus setups, as in Grafana's Kafka mixin.
+    cluster_label: str = DEFAULT_CLUSTER_LABEL
+    #: Secrets written literally in the file are refused unless this is true.
+    allow_literal_secrets: bool = False
+
+
+# --- the Kafka client properties ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KafkaProperties(Kind):
+    """librdkafka properties as values (``kafka``) or as files holding the value
+    (``kafka_files``)."""
+
+    from_files: bool = False
+    json_types: frozenset[str] = frozenset({"object"})
+
+    def read(self, r: Reader, raw: object, where: Where, name: str) -> object:
+        inner = where.child(name)
+        d = r.mapping(raw, inner, where.key(name), None)
+        props: dict[str, str] = {}
+        for key, value in d.items():
+            path = inner.key(key)
+            secret = key in SECRET_PROPERTIES
+            if key not in KAFKA_PROPERTIES:
+                r.problem(path, f"unsupported property (allowed: {', '.join(sorted(KAFKA_PROPERTIES))})")
+                continue
+            if isinstance(value, bool) or not isinstance(value, str | int):
+                kind = "a file name" if self.from_files else "a string or a number"
+                r.problem(path, f"must be {kind}, got {type_name(value)}")
+                continue
+            if self.from_files:
+                r.from_env.add(where.child("kafka").key(key))  # never quoted, as secrets
+                content = _read_secret_file(r, path, r.base_dir / str(value))
+                if content is not None:
+                    props[key] = content
+                continue
+            literal = not (isinstance(value, str) and ENV_REF.match(value))
+            if secret and literal and not r.allow_literal_secrets:
+                r.problem(
+                    path,
+                    'a literal secret in the file is refused: write "${ENV_VAR}" '
+                    "or use kafka_files (or set allow_literal_secrets: true)",
+                )
+                continue
+            resolved = r.resolve(value, path)
+            if resolved is not INVALID:
+                props[key] = str(resolved)
+        return props
+
+
+def _read_secret_file(r: Reader, path: str, file_path: Path) -> str | None:
+    try:
+        with file_path.open("rb") as f:
+            data = f.read(_MAX_SECRET_FILE_BYTES + 1)
+    except OSError as e:
+        r.problem(path, f"cannot read {file_path}: {e.strerror}")
+        return None
+    except ValueError:  # e.g. an embedded NUL byte in the name
+        r.problem(path, "is not a usable file name")
+        return None
+    if len(data) > _MAX_SECRET_FILE_BYTES:
+        r.problem(path, f"{file_path} is larger than 1 MiB")
+        return None
+    try:
+        return data.decode().strip()
+    except UnicodeDecodeError:
+        r.problem(path, f"{file_path} is not UTF-8 text")
+        return None
+
+
+def check_kafka_properties(
+    r: Reader, props: dict[str, str], where: Where, *, incomplete: bool = False
+) -> None:
+    """Security settings that go together, as both client libraries need them.
+    ``incomplete``: some properties were refused already; do not call them missing."""
+    if "sasl.mechanisms" in props:  # librdkafka alias
+        props.setdefault("sasl.mechanism", props.pop("sasl.mechanisms"))
+    protocol = props.get("security.protocol", "PLAINTEXT").upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        path = where.key("security.protocol")
+        r.problem(
+            path,
+            f"{r.show(path, protocol)} is not allowed (allowed: {', '.join(SECURITY_PROTOCOLS)})",
+        )
+    mechanism = props.get("sasl.mechanism")
+    if not protocol.startswith("SASL"):
+        return
+    if mechanism is None:
+        r.problem(
+            where.key("sasl.mechanism"), f"required with {protocol} (allowed: {', '.join(SASL_MECHANISMS)})"
+        )
+    elif mechanism in UNSUPPORTED_SASL_MECHANISMS:
+        r.problem(
+            where.key("sasl.mechanism"),
+            f"{mechanism} is not supported: {UNSUPPORTED_SASL_MECHANISMS[mechanism]}",
+        )
+    elif mechanism not in SASL_MECHANISMS:
+        r.problem(
+            where.key("sasl.mechanism"),
+            f"{r.show(where.key('sasl.mechanism'), mechanism)} is not allowed "
+            f"(allowed: {', '.join(SASL_MECHANISMS)})",
+        )
+    if incomplete:
+        return
+    if mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512") and not (
+        props.get("sasl.username") and props.get("sasl.password")
+    ):
+        r.problem(where.label, f"sasl.username and sasl.password are required for {mechanism}")
+    if mechanism == "OAUTHBEARER":
+        method = props.get("sasl.oauthbearer.method", "default").lower()
+        if method != "oidc":
+            r.problem(
+                where.key("sasl.oauthbearer.method"),
+                "OAUTHBEARER needs sasl.oauthbearer.method: oidc (the client-credentials "
+                f"grant) with {', '.join(OAUTHBEARER_OIDC_PROPERTIES)}",
+            )
+        missing = [k for k in OAUTHBEARER_OIDC_PROPERTIES if not props.get(k)]
+        if missing:
+            r.problem(where.label, f"OAUTHBEARER (oidc) needs {', '.join(missing)}")
+        url = props.get("sasl.oauthbearer.token.endpoint.url", "")
+        if url and not re.match(r"^https?://[^\s/]+", url):
+            r.problem(where.key("sasl.oauthbearer.token.endpoint.url"), "must be an http:// or https:// URL")
+
+
+def _check_cluster(r: Reader, values: dict[str, Any], where: Where) -> None:
+    props = dict(values.pop("kafka_files", {}))
+    props = {**values.get("kafka", {}), **props}
+    kafka_where = where.child("kafka")
+    # A known property that was refused (a literal secret, a bad value) is not "missing".
+    refused = tuple(
+        f"{w.key(k)}:" for w in (kafka_where, where.child("kafka_files")) for k in KAFKA_PROPERTIES
+    )
+    incomplete = any(p.startswith(refused) for p in r.problems)
+    check_kafka_properties(r, props, kafka_where, incomplete=incomplete)
+    values["kafka"] = props
+    if "bootstrap_servers" in values:
+        values["bootstrap_servers"] = ",".join(s.strip() for s in values["bootstrap_servers"].split(","))
+    interval = values.get("interval_ms", CLUSTER.default("interval_ms"))
+    timeout = values.get("request_timeout_ms", CLUSTER.default("request_timeout_ms"))
+    keys = (where.key("interval") + ":", where.key("request_timeout") + ":")
+    already = any(p.startswith(keys) for p in r.problems)
+    if r.scheduled and not already and timeout >= interval:
+        r.problem(where.key("request_timeout"), "must be shorter than the interval")
+
+
+def _check_spark(r: Reader, values: dict[str, Any], where: Where) -> None:
+    url = values.get("connect_url")
+    if url is None:
+        return
+    path = where.key("connect_url")
+    if not url.startswith("sc://") or len(url) <= len("sc://"):
+        r.problem(path, f"{r.show(path, redact_connect_url(url))} must be a Spark Connect URL sc://HOST:PORT")
+    elif ";token=" in url and path not in r.from_env and not r.allow_literal_secrets:
+        r.problem(
+            path,
+            'a literal token in the file is refused: write "${ENV_VAR}" (or set allow_literal_secrets: true)',
+        )
+
+
+def _label_problem(label: str) -> str | None:
+    if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", label) or label.startswith("__"):
+        return "is not a Prometheus label name"
+    return None
+
+
+WEB = Section(
+    WebConfig,
+    (
+        Key("listen_address", "listen_address", Text(check=_listen_address_problem)),
+        Key("telemetry_path", "telemetry_path", Text(pattern=r"/\S*", shape="a path starting with /")),
+    ),
+)
+LOG = Section(
+    LogConfig,
+    (
+        Key("level", "level", Choice(LOG_LEVELS)),
+        Key("format", "format", Choice(LOG_FORMATS)),
+    ),
+)
+SPARK = Section(
+    SparkConfig,
+    (
+        Key(
+            "master",
+            "master",
+            Text(
+                pattern=_SPARK_MASTER,
+                shape="a Spark master (allowed: local, "
+                "local[N], local[*], spark://HOST:PORT, yarn, k8s://URL)",
+            ),
+        ),
+        Key("connect_url", "connect_url", Text(empty_is_none=True)),
+        Key("app_name", "app_name", Text()),
+        Key("local_dir", "local_dir", Text(empty_is_none=True)),
+        Key(
+            "driver_memory",
+            "driver_memory",
+            Text(pattern=r"\d+[kmgt]", shape="a JVM size such as 512m or 1g"),
+        ),
+        Key("conf", "conf", StringMap(key_prefix="spark.")),
+    ),
+    check=_check_spark,
+)
+PIPELINE = Section(
+    PipelineSettings,
+    (
+        Key("late_padding", "late_padding_ms", Duration(maximum_ms=86_400_000)),
+        Key("lso_lag_series", "lso_lag_series", Choice(LSO_LAG_SERIES)),
+        Key("max_findings", "max_findings", Integer(0, 100_000)),
+        Key("hanging_confirm_cycles", "hanging_confirm_cycles", Integer(1, 100)),
+    ),
+)
+TOPICS = Section(
+    TopicFilter,
+    (
+        Key("allow", "allow", Patterns()),
+        Key("deny", "deny", Patterns()),
+    ),
+)
+CLUSTER = Section(
+    ClusterConfig,
+    (
+        Key(
+            "name",
+            "name",
+            Text(pattern=r"[A-Za-z0-9_.:-]{1,64}", shape="1-64 characters of letters, digits, _ . : -"),
+            required=True,
+            help="1-64 characters of letters, digits, _ . : -",
+        ),
+        Key(
+            "bootstrap_servers",
+            "bootstrap_servers",
+            Text(check=_bootstrap_problem),
+            required=True,
+            help="HOST:PORT[,HOST:PORT...]",
+        ),
+        Key("interval", "interval_ms", Duration(minimum_ms=1000, maximum_ms=86_400_000)),
+        Key(
+            "request_timeout",
+            "request_timeout_ms",
+            Duration(
+                minimum_ms=100,
+                maximum_ms=MAX_REQUEST_TIMEOUT_MS,
+                maximum_why="librdkafka's maximum socket.timeout.ms",
+            ),
+        ),
+        Key("read_batch_timestamps", "read_batch_timestamps", Flag()),
+        Key("topics", "topics", Nested(TOPICS)),
+        Key("kafka", "kafka", KafkaProperties()),
+        Key("kafka_files", "kafka_files", KafkaProperties(from_files=True)),
+    ),
+    check=_check_cluster,
+)
+
+
+def _check_config(r: Reader, values: dict[str, Any], where: Where) -> None:
+    clusters = values.get("clusters", ())
+    names = [c.name for c in clusters]
+    for dup in sorted({n for n in names if names.count(n) > 1}):
+        r.problem("clusters", f"cluster name {dup!r} is used more than once")
+
+
+CONFIG = Section(
+    Config,
+    (
+        Key("clusters", "clusters", Items(CLUSTER), required=True, help="a list of at least one cluster"),
+        Key("web", "web", Nested(WEB)),
+        Key("log", "log", Nested(LOG)),
+        Key("spark", "spark", Nested(SPARK)),
+        Key("pipeline", "pipeline", Nested(PIPELINE)),
+        Key("cluster_label", "cluster_label", Text(check=_label_problem)),
+        Key("allow_literal_secrets", "allow_literal_secrets", Flag()),
+    ),
+    check=_check_config,
+)
+
+
+# --- entry points -------------------------------------------------------------------------------
+
+
+def parse_config(
+    raw: object, *, env: Mapping[str, str] | None = None, base_dir: Path | None = None
+) -> Config:
+    """Validate a parsed YAML document. Raises :class:`ConfigError` listing every problem."""
+    import os
+
+    allow = raw.get("allow_literal_secrets") if isinstance(raw, dict) else None
+    r = Reader(
+        env=os.environ if env is None else env,
+        base_dir=base_dir or Path.cwd(),
+        allow_literal_secrets=allow is True,
+    )
+    config = CONFIG.read(r, raw, Where())
+    if r.problems or config is INVALID:
+        raise ConfigError(r.problems or ["configuration: invalid"])
+    assert isinstance(config, Config)
+    return config
+
+
+def parse_flag(section: Section, name: str, value: object, flag: str) -> Any:
+    """One flag that stands for a key of ``section``, validated by the key's own kind."""
+    r = Reader(env={}, base_dir=Path.cwd())
+    parsed = section.read_value(r, name, value, Where(names={name: flag}))
+    if r.problems or parsed is INVALID:
+        raise ConfigError(r.problems)
+    return parsed
+
+
+def cluster_from_flags(
+    *,
+    bootstrap_servers: str,
+    request_timeout: str | None,
+    properties: Mapping[str, str],
+    properties_file: str | None,
+    env: Mapping[str, str],
+) -> ClusterConfig:
+    """The operator's ``--bootstrap-server [--command-config FILE] [--request-timeout D]``,
+    read by the cluster section with every key named by its flag. A properties file holds
+    secrets literally, as with Kafka's own tools (``${ENV}`` values are resolved too)."""
+    where = Where(
+        names={"bootstrap_servers": "--bootstrap-server", "request_timeout": "--request-timeout"},
+        children={"kafka": Where(f"--command-config {properties_file}", sep=": ")},
+    )
+    raw: dict[str, object] = {
+        "name": "cli",
+        "bootstrap_servers": bootstrap_servers,
+        "kafka": dict(properties),
+    }
+    if request_timeout is not None:
+        raw["request_timeout"] = request_timeout
+    r = Reader(env=env, base_dir=Path.cwd(), allow_literal_secrets=True, scheduled=False)
+    cluster = CLUSTER.read(r, raw, where)
+    if r.problems or cluster is INVALID:
+        raise ConfigError(r.problems)
+    assert isinstance(cluster, ClusterConfig)
+    return cluster

@@ -1,0 +1,116 @@
+"""What each operator verb is asked to do: typed requests, built from argparse at the edge
+(:mod:`exporter.operator.commands`, with the connection flags read by
+:func:`exporter.operator.connection.connection_from_args`) and validated here. The verbs'
+logic never sees an ``argparse.Namespace``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class UsageError(ValueError):
+    """A flag or flag combination is invalid. The message names the flag."""
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Which cluster: ``bootstrap_server`` [+ ``command_config``] or ``config_file`` [+
+    ``cluster``]; ``request_timeout`` as written (a duration)."""
+
+    bootstrap_server: str | None = None
+    command_config: str | None = None
+    config_file: str | None = None
+    cluster: str | None = None
+    request_timeout: str | None = None
+
+
+@dataclass(frozen=True)
+class ListRequest:
+    states: tuple[str, ...] = ()
+    producer_ids: tuple[int, ...] = ()
+    #: ms; None (or < 0, Kafka's convention) for all
+    duration_filter: int | None = None
+    transactional_id_pattern: str | None = None
+    output: str = "table"
+
+
+@dataclass(frozen=True)
+class DescribeRequest:
+    transactional_id: str
+    output: str = "table"
+
+
+@dataclass(frozen=True)
+class DescribeProducersRequest:
+    topic: str
+    partition: int
+    broker_id: int | None = None
+    output: str = "table"
+
+
+@dataclass(frozen=True)
+class FindHangingRequest:
+    broker_id: int | None = None
+    topic: str | None = None
+    partition: int | None = None
+    max_transaction_timeout_min: int = 15
+    output: str = "table"
+
+    def __post_init__(self) -> None:
+        if self.partition is not None and self.topic is None:
+            raise UsageError("--partition requires --topic")
+
+
+@dataclass(frozen=True)
+class AbortRequest:
+    """One open transaction on one partition: by ``start_offset``, or by producer id, epoch
+    and coordinator epoch (as describe-producers shows them)."""
+
+    topic: str
+    partition: int
+    start_offset: int | None = None
+    producer_id: int | None = None
+    producer_epoch: int | None = None
+    coordinator_epoch: int | None = None
+    yes: bool = False
+    output: str = "table"
+
+    def __post_init__(self) -> None:
+        if self.start_offset is None and self.producer_id is None:
+            raise UsageError(
+                "identify the transaction with --start-offset, or with "
+                "--producer-id, --producer-epoch and --coordinator-epoch"
+            )
+        if self.start_offset is not None and self.producer_id is not None:
+            raise UsageError("--start-offset and --producer-id are mutually exclusive")
+        if self.start_offset is None:
+            for flag, value in (
+                ("--producer-epoch", self.producer_epoch),
+                ("--coordinator-epoch", self.coordinator_epoch),
+            ):
+                if value is None:
+                    raise UsageError(f"--producer-id needs {flag}")
+        elif self.producer_epoch is not None or self.coordinator_epoch is not None:
+            raise UsageError("--producer-epoch and --coordinator-epoch go with --producer-id")
+
+    @property
+    def where(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True)
+class ForceTerminateRequest:
+    transactional_id: str
+    #: The producer epoch the operator saw (``--producer-epoch``): refused when it differs.
+    expected_epoch: int | None = None
+    yes: bool = False
+    output: str = "table"
+
+
+@dataclass(frozen=True)
+class DoctorRequest:
+    """Which permissions the principal has; ``topics``: the topics to check (None: all)."""
+
+    topics: tuple[str, ...] | None = None
+    output: str = "table"
