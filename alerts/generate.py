@@ -97,10 +97,15 @@ def differences(expected: Mapping[Path, str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = output.generator_parser("python -m alerts.generate", __doc__)
-    parser.add_argument("--thresholds", type=Path, metavar="FILE",
-                        help="YAML mapping overriding default thresholds (needs --output)")
-    parser.add_argument("--output", type=Path, metavar="FILE",
-                        help="write the rules here instead of the committed locations")
+    parser.add_argument(
+        "--thresholds",
+        type=Path,
+        metavar="FILE",
+        help="YAML mapping overriding default thresholds (needs --output)",
+    )
+    parser.add_argument(
+        "--output", type=Path, metavar="FILE", help="write the rules here instead of the committed locations"
+    )
     args = parser.parse_args(argv)
 
     if args.thresholds and not args.output:

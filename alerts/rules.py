@@ -26,8 +26,16 @@ from typing import Any, Literal
 from exporter.metrics import catalogue as m
 from exporter.metrics.catalogue import DEFAULT_CLUSTER_LABEL, RUNBOOK_BASE_URL
 
-__all__ = ["RUNBOOK_BASE_URL", "Alert", "Thresholds", "ThresholdsError", "alerts",
-           "helm_rules_template", "rules_document", "thresholds_from_mapping"]
+__all__ = [
+    "RUNBOOK_BASE_URL",
+    "Alert",
+    "Thresholds",
+    "ThresholdsError",
+    "alerts",
+    "helm_rules_template",
+    "rules_document",
+    "thresholds_from_mapping",
+]
 
 CLI = "kafka-txn-exporter"
 
@@ -137,8 +145,7 @@ class Thresholds:
                     continue
                 for name, off in value.items():
                     if name not in names:
-                        problems.append(f"disabled.{name}: no such alert; valid: "
-                                        + ", ".join(sorted(names)))
+                        problems.append(f"disabled.{name}: no such alert; valid: " + ", ".join(sorted(names)))
                     elif not isinstance(off, bool):
                         problems.append(f"disabled.{name}: {off!r} must be true or false")
             elif f.name in ("additional_rule_labels", "additional_rule_annotations"):
@@ -152,17 +159,16 @@ class Thresholds:
                         problems.append(f"{f.name}.{key}: {text!r} must be a string")
             elif f.name.endswith(("_for", "_window")):
                 if not isinstance(value, str) or not _PROMETHEUS_DURATION.match(value):
-                    problems.append(
-                        f"{f.name}: {value!r} is not a Prometheus duration (e.g. 30s, 5m, 1h)"
-                    )
+                    problems.append(f"{f.name}: {value!r} is not a Prometheus duration (e.g. 30s, 5m, 1h)")
             elif f.type == "int":
                 if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                     problems.append(f"{f.name}: {value!r} must be a positive integer")
             elif f.name == "exporter_namespace":
                 if not isinstance(value, str) or '"' in value or "\\" in value:
                     problems.append(f"{f.name}: {value!r} must be a namespace name")
-            elif f.type == "str" and (not isinstance(value, str) or not value
-                                      or '"' in value or "\n" in value):
+            elif f.type == "str" and (
+                not isinstance(value, str) or not value or '"' in value or "\n" in value
+            ):
                 problems.append(f"{f.name}: must be a non-empty string without quotes")
         if problems:
             raise ThresholdsError("\n".join(problems))
@@ -254,13 +260,15 @@ class _Text:
         self.c = t.cluster_label
         #: The cluster in templates.
         self.cluster = "{{ $labels." + self.c + " }}"
-        self.txn_id = ("{{ if $labels.transactional_id }}'{{ $labels.transactional_id }}'"
-                       "{{ else }}unknown{{ end }}")
+        self.txn_id = (
+            "{{ if $labels.transactional_id }}'{{ $labels.transactional_id }}'{{ else }}unknown{{ end }}"
+        )
         self.partition = "{{ $labels.topic }}-{{ $labels.partition }}"
-        self.partition_and_leader = ("Partition " + self.partition + " (leader broker "
-                                     "{{ $labels.broker }}, cluster " + self.cluster + ")")
-        self.find_transaction = ("Find it: " + CLI + " list, then " + CLI
-                                 + " describe --transactional-id ID")
+        self.partition_and_leader = (
+            "Partition " + self.partition + " (leader broker "
+            "{{ $labels.broker }}, cluster " + self.cluster + ")"
+        )
+        self.find_transaction = "Find it: " + CLI + " list, then " + CLI + " describe --transactional-id ID"
 
     def by(self, *labels: str) -> str:
         """``namespace, job, <cluster label>, labels...``: an aggregation's grouping."""
@@ -269,12 +277,12 @@ class _Text:
     def max_by(self, expr: str, *labels: str) -> str:
         return f"max by ({self.by(*labels)}) ({expr})"
 
-    def finding_or_broker_count(self, info: str, info_label: str, count: str,
-                                info_matchers: str = "") -> str:
+    def finding_or_broker_count(self, info: str, info_label: str, count: str, info_matchers: str = "") -> str:
         """Every finding of the ``info`` metric, one alert each; or else, per broker, the
         ``count`` whose findings the exporter's finding cap left out."""
-        finding = self.by("broker", "topic", "partition", "producer_id", "start_offset",
-                          "transactional_id", info_label)
+        finding = self.by(
+            "broker", "topic", "partition", "producer_id", "start_offset", "transactional_id", info_label
+        )
         broker = self.by("broker")
         return (
             f"max by ({finding}) ({info}{info_matchers})\n"
@@ -292,8 +300,7 @@ def _hanging(t: Thresholds, x: _Text) -> Alert:
         group=TRANSACTIONS,
         severity="critical",
         for_=t.hanging_for,
-        expr=x.finding_or_broker_count(m.HANGING_TRANSACTION_INFO, "reason",
-                                       m.HANGING_TRANSACTIONS),
+        expr=x.finding_or_broker_count(m.HANGING_TRANSACTION_INFO, "reason", m.HANGING_TRANSACTIONS),
         summary=(
             "{{ if $labels.topic }}Hanging transaction on " + x.partition + "{{ else }}"
             "{{ $value }} hanging transaction(s) on broker {{ $labels.broker }}{{ end }}"
@@ -366,10 +373,16 @@ def _lso_lag(t: Thresholds, x: _Text) -> Alert:
             f"max by ({key}) ({m.PARTITION_MAX_ACTIVE_TRANSACTION_DURATION})"
             f" > {t.lso_lag_min_open_seconds}"
         ),
-        summary="LSO lag of " + x.partition + " in cluster " + x.cluster
+        summary="LSO lag of "
+        + x.partition
+        + " in cluster "
+        + x.cluster
         + " keeps growing behind an open transaction",
         description=(
-            "The LastStableOffsetLag of partition " + x.partition + " in cluster " + x.cluster
+            "The LastStableOffsetLag of partition "
+            + x.partition
+            + " in cluster "
+            + x.cluster
             + " is {{ $value | humanize }} offsets and grew over the last "
             f"{t.lso_lag_growth_window}, while a transaction on it has been open for more "
             f"than {t.lso_lag_min_open_seconds}s. read_committed consumers cannot read past "
@@ -385,9 +398,12 @@ def _coordinator_open_time(t: Thresholds, x: _Text) -> Alert:
         group=TRANSACTIONS,
         severity="warning",
         for_=t.coordinator_open_time_for,
-        expr=(x.max_by(m.ACTIVE_TRANSACTION_OPEN_TIME_MAX, "coordinator")
-              + f" > {t.coordinator_open_time_seconds}"),
-        summary="Coordinator {{ $labels.coordinator }} in cluster " + x.cluster
+        expr=(
+            x.max_by(m.ACTIVE_TRANSACTION_OPEN_TIME_MAX, "coordinator")
+            + f" > {t.coordinator_open_time_seconds}"
+        ),
+        summary="Coordinator {{ $labels.coordinator }} in cluster "
+        + x.cluster
         + " has a transaction open for {{ $value | humanizeDuration }}",
         description=(
             "The oldest ongoing transaction owned by coordinator broker "
@@ -407,8 +423,10 @@ def _two_phase_commit(t: Thresholds, x: _Text) -> Alert:
         group=TRANSACTIONS,
         severity="warning",
         for_=t.two_phase_commit_for,
-        expr=(x.max_by(m.TWO_PHASE_COMMIT_OPEN_TIME_MAX, "coordinator")
-              + f" > {t.two_phase_commit_open_seconds}"),
+        expr=(
+            x.max_by(m.TWO_PHASE_COMMIT_OPEN_TIME_MAX, "coordinator")
+            + f" > {t.two_phase_commit_open_seconds}"
+        ),
         summary="Two-phase-commit transaction open for {{ $value | humanizeDuration }} on "
         "coordinator {{ $labels.coordinator }} in cluster " + x.cluster,
         description=(
@@ -427,13 +445,14 @@ def _markers_pending(t: Thresholds, x: _Text) -> Alert:
         group=TRANSACTIONS,
         severity="warning",
         for_=t.markers_pending_for,
-        expr=(x.max_by(m.COORDINATOR_PREPARE_TIME_MAX, "coordinator")
-              + f" > {t.markers_pending_seconds}"),
-        summary="Coordinator {{ $labels.coordinator }} in cluster " + x.cluster
+        expr=(x.max_by(m.COORDINATOR_PREPARE_TIME_MAX, "coordinator") + f" > {t.markers_pending_seconds}"),
+        summary="Coordinator {{ $labels.coordinator }} in cluster "
+        + x.cluster
         + " cannot finish writing transaction markers",
         description=(
             "A transaction coordinated by broker {{ $labels.coordinator }} of cluster "
-            + x.cluster + " has been in PrepareCommit or PrepareAbort for "
+            + x.cluster
+            + " has been in PrepareCommit or PrepareAbort for "
             "{{ $value | humanizeDuration }} (more than "
             f"{t.markers_pending_seconds}s): the commit or abort is decided but its markers "
             "are not written to every partition yet, usually because a partition leader is "
@@ -450,8 +469,7 @@ def _verification_disabled(t: Thresholds, x: _Text) -> Alert:
         severity="warning",
         for_=t.verification_disabled_for,
         expr=x.max_by(m.BROKER_TRANSACTION_VERIFICATION_ENABLED, "broker") + " == 0",
-        summary="Transaction verification is disabled on broker {{ $labels.broker }} in "
-        "cluster " + x.cluster,
+        summary="Transaction verification is disabled on broker {{ $labels.broker }} in cluster " + x.cluster,
         description=(
             "Broker {{ $labels.broker }} of cluster " + x.cluster + " runs with "
             "transaction.partition.verification.enable=false (KIP-890). It accepts "
@@ -471,11 +489,11 @@ def _timeout_aborts(t: Thresholds, x: _Text) -> Alert:
         severity="warning",
         for_=t.timeout_aborts_for,
         expr=(
-            x.max_by(f"increase({m.COORDINATOR_TIMEOUT_ABORTS}[{t.timeout_aborts_window}])",
-                     "coordinator")
+            x.max_by(f"increase({m.COORDINATOR_TIMEOUT_ABORTS}[{t.timeout_aborts_window}])", "coordinator")
             + f" > {t.timeout_aborts_threshold}"
         ),
-        summary="Coordinator {{ $labels.coordinator }} in cluster " + x.cluster
+        summary="Coordinator {{ $labels.coordinator }} in cluster "
+        + x.cluster
         + " keeps aborting transactions on timeout",
         description=(
             "Coordinator broker {{ $labels.coordinator }} of cluster " + x.cluster + " aborted "
@@ -489,8 +507,10 @@ def _timeout_aborts(t: Thresholds, x: _Text) -> Alert:
 
 def _transactional_ids_growing(t: Thresholds, x: _Text) -> Alert:
     per_cluster = f"namespace, {x.c}"
-    ids = (f"sum by ({per_cluster}) (max by ({per_cluster}, coordinator, state) "
-           f"({m.COORDINATOR_TRANSACTIONS}{{}}))")
+    ids = (
+        f"sum by ({per_cluster}) (max by ({per_cluster}, coordinator, state) "
+        f"({m.COORDINATOR_TRANSACTIONS}{{}}))"
+    )
     before = ids.replace("{})", f"{{}} offset {t.transactional_ids_growth_window})")
     an_hour_ago = ids.replace("{})", "{} offset 1h)")
     return Alert(
@@ -510,8 +530,7 @@ def _transactional_ids_growing(t: Thresholds, x: _Text) -> Alert:
             "still grew over the last hour. Applications that make up a new "
             "transactional.id per producer instance (random ids, pod names with hashes) "
             "fill __transaction_state and coordinator memory until "
-            "transactional.id.expiration.ms expires them. Find the prefixes: " + CLI
-            + " list"
+            "transactional.id.expiration.ms expires them. Find the prefixes: " + CLI + " list"
         ),
     )
 
@@ -533,18 +552,26 @@ def _consumer_blocked(t: Thresholds, x: _Text) -> Alert:
             f"or on ({key})\n"
             f"({seconds} > {t.consumer_blocked_seconds})"
         ),
-        summary="Consumer group {{ $labels.group }} is blocked on " + x.partition
-        + " in cluster " + x.cluster + " by an open transaction",
+        summary="Consumer group {{ $labels.group }} is blocked on "
+        + x.partition
+        + " in cluster "
+        + x.cluster
+        + " by an open transaction",
         description=(
             "read_committed consumers of group {{ $labels.group }} have read everything up "
-            "to the last stable offset of partition " + x.partition + " (cluster "
-            + x.cluster + ") and have waited {{ $value | humanizeDuration }} behind the "
+            "to the last stable offset of partition "
+            + x.partition
+            + " (cluster "
+            + x.cluster
+            + ") and have waited {{ $value | humanizeDuration }} behind the "
             "open transaction of producer id {{ if $labels.producer_id }}"
-            "{{ $labels.producer_id }}{{ else }}unknown{{ end }} (transactional id " + x.txn_id
+            "{{ $labels.producer_id }}{{ else }}unknown{{ end }} (transactional id "
+            + x.txn_id
             + "{{ if $labels.application }}, application {{ $labels.application }}{{ end }}) "
             "starting at offset {{ if $labels.start_offset }}{{ $labels.start_offset }}"
             "{{ else }}unknown{{ end }}. If it is hanging: " + CLI + " find-hanging --topic "
-            "{{ $labels.topic }} --partition {{ $labels.partition }}, then " + CLI
+            "{{ $labels.topic }} --partition {{ $labels.partition }}, then "
+            + CLI
             + " abort (or force-terminate --transactional-id ID for a two-phase-commit "
             "transaction nobody will finish)."
         ),
@@ -558,15 +585,16 @@ def _unstable_offset_commit(t: Thresholds, x: _Text) -> Alert:
         severity="warning",
         for_=t.unstable_offset_commit_for,
         expr=x.max_by(m.CONSUMER_GROUP_UNSTABLE_OFFSET_COMMITS, "group") + " > 0",
-        summary="Consumer group {{ $labels.group }} in cluster " + x.cluster
+        summary="Consumer group {{ $labels.group }} in cluster "
+        + x.cluster
         + " has offset commits pending in a transaction",
         description=(
             "{{ $value }} partition(s) of consumer group {{ $labels.group }} (cluster "
-            + x.cluster + ") have offsets committed inside a transaction that is not "
+            + x.cluster
+            + ") have offsets committed inside a transaction that is not "
             "complete (UNSTABLE_OFFSET_COMMIT on OffsetFetch with require_stable). Consumers "
             "of the group that restart cannot fetch their position until the transaction "
-            "ends. Find the transaction: " + CLI + " list, then " + CLI
-            + " describe --transactional-id ID"
+            "ends. Find the transaction: " + CLI + " list, then " + CLI + " describe --transactional-id ID"
         ),
     )
 
@@ -581,25 +609,32 @@ def _exporter_down(t: Thresholds, x: _Text) -> Alert:
         for_=t.exporter_down_for,
         expr=(
             x.max_by(m.EXPORTER_UP) + " == 0\n"
-            f'or max by ({ROUTING_LABELS}, instance) '
+            f"or max by ({ROUTING_LABELS}, instance) "
             f'(up{{{namespace}job=~"{t.exporter_job_regex}"}}) == 0\n'
             f"or absent({m.EXPORTER_UP}{absent})"
         ),
         summary=(
-            "{{ if $labels." + x.c + " }}kafka-txn-exporter cannot collect cluster "
-            + x.cluster + "{{ else if $labels.instance }}kafka-txn-exporter "
+            "{{ if $labels."
+            + x.c
+            + " }}kafka-txn-exporter cannot collect cluster "
+            + x.cluster
+            + "{{ else if $labels.instance }}kafka-txn-exporter "
             "{{ $labels.instance }} cannot be scraped{{ else }}kafka-txn-exporter is "
             "not reporting{{ end }}"
         ),
         description=(
-            "{{ if $labels." + x.c + " }}The last collection cycles of cluster " + x.cluster
+            "{{ if $labels."
+            + x.c
+            + " }}The last collection cycles of cluster "
+            + x.cluster
             + " failed at least in part (kafka_txn_exporter_up is 0): transaction metrics "
             "are partial or missing. See the request errors on the exporter dashboard and "
             "the exporter log.{{ else if $labels.instance }}Prometheus cannot scrape "
             "{{ $labels.instance }} (job {{ $labels.job }}): no Kafka transaction is "
             "monitored by it.{{ else }}No kafka_txn_exporter_up series exist: the exporter "
             "is not running or not scraped, and nothing watches Kafka transactions."
-            "{{ end }} Hanging transactions go unnoticed meanwhile: run " + CLI
+            "{{ end }} Hanging transactions go unnoticed meanwhile: run "
+            + CLI
             + " find-hanging by hand if this lasts."
         ),
     )
@@ -612,7 +647,8 @@ def _data_stale(t: Thresholds, x: _Text) -> Alert:
         severity="warning",
         for_=t.data_stale_for,
         expr=x.max_by(m.EXPORTER_SNAPSHOT_AGE) + f" > {t.data_stale_seconds}",
-        summary="kafka-txn-exporter data for cluster " + x.cluster
+        summary="kafka-txn-exporter data for cluster "
+        + x.cluster
         + " is {{ $value | humanizeDuration }} old",
         description=(
             "The snapshot kafka-txn-exporter serves for cluster " + x.cluster + " is "
@@ -634,7 +670,8 @@ def _blind_spot(t: Thresholds, x: _Text) -> Alert:
         summary="kafka-txn-exporter cannot see every transaction of cluster " + x.cluster,
         description=(
             "The exporter's principal may not Describe every transactional id of cluster "
-            + x.cluster + ", so ListTransactions can leave transactions out without an "
+            + x.cluster
+            + ", so ListTransactions can leave transactions out without an "
             "error: their open transactions are classed unknown (kafka_txn_open_transactions"
             "_unknown by reason) and a hanging transaction among them may be missed or "
             "misjudged. Grant Describe on every transactional id: kafka-acls.sh "
@@ -651,8 +688,10 @@ def _cycles_skipped(t: Thresholds, x: _Text) -> Alert:
         group=EXPORTER,
         severity="warning",
         for_=t.cycles_skipped_for,
-        expr=(x.max_by(f"increase({m.EXPORTER_CYCLES_SKIPPED}[{t.cycles_skipped_window}])")
-              + f" > {t.cycles_skipped_threshold}"),
+        expr=(
+            x.max_by(f"increase({m.EXPORTER_CYCLES_SKIPPED}[{t.cycles_skipped_window}])")
+            + f" > {t.cycles_skipped_threshold}"
+        ),
         summary="kafka-txn-exporter keeps skipping collection cycles of cluster " + x.cluster,
         description=(
             "{{ $value | humanize }} collection cycles of cluster " + x.cluster + " were "

@@ -22,9 +22,7 @@ DEFAULT_CLUSTER_LABEL = "kafka_cluster"
 #: Runbooks live in the repository; an alert's runbook is RUNBOOK_BASE_URL + name + ".md".
 #: The alert rules' ``runbook_url`` base is overridable (alerts/thresholds.example.yml,
 #: the chart's ``rules.runbookUrl``); dashboards link here.
-RUNBOOK_BASE_URL = (
-    "https://github.com/kafka-txn-exporter/kafka-txn-exporter/blob/main/docs/runbooks/"
-)
+RUNBOOK_BASE_URL = "https://github.com/kafka-txn-exporter/kafka-txn-exporter/blob/main/docs/runbooks/"
 
 Kind = Literal["gauge", "counter", "histogram"]
 
@@ -54,12 +52,19 @@ class Family:
         return {self.name: labels}
 
 
-_FINDING = ("broker", "topic", "partition", "producer_id", "producer_epoch", "start_offset",
-            "transactional_id", "start_time_source")
+_FINDING = (
+    "broker",
+    "topic",
+    "partition",
+    "producer_id",
+    "producer_epoch",
+    "start_offset",
+    "transactional_id",
+    "start_time_source",
+)
 
 # -- Kafka-derived ---------------------------------------------------------------------------
-PARTITION_MAX_ACTIVE_TRANSACTION_DURATION = (
-    "kafka_txn_partition_max_active_transaction_duration_seconds")
+PARTITION_MAX_ACTIVE_TRANSACTION_DURATION = "kafka_txn_partition_max_active_transaction_duration_seconds"
 PARTITION_LAST_STABLE_OFFSET_LAG = "kafka_txn_partition_last_stable_offset_lag"
 PARTITIONS_WITH_LATE_TRANSACTIONS = "kafka_txn_partitions_with_late_transactions"
 MAX_LAST_STABLE_OFFSET_LAG = "kafka_txn_max_last_stable_offset_lag"
@@ -126,9 +131,20 @@ FAMILIES: tuple[Family, ...] = (
     Family(LATE_TRANSACTION_INFO, "gauge", (*_FINDING, "class")),
     Family(CONSUMER_GROUP_LAG_CONSUMABLE, "gauge", ("group", "topic")),
     Family(CONSUMER_GROUP_LAG_BLOCKED, "gauge", ("group", "topic")),
-    Family(CONSUMER_GROUP_BLOCKED_INFO, "gauge",
-           ("group", "topic", "partition", "transactional_id", "producer_id", "start_offset",
-            "class", "application")),
+    Family(
+        CONSUMER_GROUP_BLOCKED_INFO,
+        "gauge",
+        (
+            "group",
+            "topic",
+            "partition",
+            "transactional_id",
+            "producer_id",
+            "start_offset",
+            "class",
+            "application",
+        ),
+    ),
     Family(CONSUMER_GROUP_BLOCKED_SECONDS, "gauge", ("group", "topic", "partition")),
     Family(CONSUMER_GROUP_BLOCKED_PARTITIONS, "gauge", ("group",)),
     Family(CONSUMER_GROUP_UNSTABLE_OFFSET_COMMITS, "gauge", ("group",)),
@@ -146,21 +162,23 @@ FAMILIES: tuple[Family, ...] = (
 
 #: Families other work in flight adds to the collector; the dashboards and alerts use them
 #: already. tests/unit/test_catalogue.py lists which of them the collector does not emit yet.
-IN_FLIGHT: frozenset[str] = frozenset({
-    BROKER_TWO_PHASE_COMMIT_ENABLED,
-    CLUSTER_TRANSACTION_VERSION,
-    COORDINATOR_PREPARE_TIME_MAX,
-    OPEN_TRANSACTIONS_UNKNOWN,
-    OPEN_TRANSACTIONS_BY_APPLICATION,
-    CONSUMER_GROUP_LAG_CONSUMABLE,
-    CONSUMER_GROUP_LAG_BLOCKED,
-    CONSUMER_GROUP_BLOCKED_INFO,
-    CONSUMER_GROUP_BLOCKED_SECONDS,
-    CONSUMER_GROUP_BLOCKED_PARTITIONS,
-    CONSUMER_GROUP_UNSTABLE_OFFSET_COMMITS,
-    EXPORTER_CYCLES_SKIPPED,
-    EXPORTER_TRANSACTIONAL_IDS_VISIBLE,
-})
+IN_FLIGHT: frozenset[str] = frozenset(
+    {
+        BROKER_TWO_PHASE_COMMIT_ENABLED,
+        CLUSTER_TRANSACTION_VERSION,
+        COORDINATOR_PREPARE_TIME_MAX,
+        OPEN_TRANSACTIONS_UNKNOWN,
+        OPEN_TRANSACTIONS_BY_APPLICATION,
+        CONSUMER_GROUP_LAG_CONSUMABLE,
+        CONSUMER_GROUP_LAG_BLOCKED,
+        CONSUMER_GROUP_BLOCKED_INFO,
+        CONSUMER_GROUP_BLOCKED_SECONDS,
+        CONSUMER_GROUP_BLOCKED_PARTITIONS,
+        CONSUMER_GROUP_UNSTABLE_OFFSET_COMMITS,
+        EXPORTER_CYCLES_SKIPPED,
+        EXPORTER_TRANSACTIONAL_IDS_VISIBLE,
+    }
+)
 
 
 def by_name() -> dict[str, Family]:

@@ -121,8 +121,7 @@ def test_required_alerts_are_all_defined() -> None:
 
 def test_two_phase_commit_alert_is_opt_in() -> None:
     assert "KafkaTransactionTwoPhaseCommitOpenTimeHigh" in DISABLED_BY_DEFAULT
-    enabled = thresholds_from_mapping(
-        {"disabled": {"KafkaTransactionTwoPhaseCommitOpenTimeHigh": False}})
+    enabled = thresholds_from_mapping({"disabled": {"KafkaTransactionTwoPhaseCommitOpenTimeHigh": False}})
     assert "KafkaTransactionTwoPhaseCommitOpenTimeHigh" in {a.name for a in alerts(enabled)}
     # Disabling another alert keeps the opt-in one off.
     other = thresholds_from_mapping({"disabled": {"KafkaTransactionsLate": True}})
@@ -175,8 +174,12 @@ def tuned_copy(tmp_path: Path) -> Path:
     """alerts/tests/tuned/ with its rule file generated from its thresholds.yml."""
     directory = tmp_path / "tuned"
     shutil.copytree(TUNED_TESTS, directory)
-    assert generate.main(["--thresholds", str(directory / "thresholds.yml"),
-                          "--output", str(directory / TUNED_RULES_FILE)]) == 0
+    assert (
+        generate.main(
+            ["--thresholds", str(directory / "thresholds.yml"), "--output", str(directory / TUNED_RULES_FILE)]
+        )
+        == 0
+    )
     return directory
 
 
@@ -239,11 +242,13 @@ def test_cluster_label_is_a_parameter() -> None:
 
 
 def test_additional_labels_and_annotations_never_override_the_alerts_own() -> None:
-    tuned = thresholds_from_mapping({
-        "additional_rule_labels": {"team": "kafka", "severity": "info"},
-        "additional_rule_annotations": {"summary": "x", "dashboard": "https://g/d"},
-        "runbook_url": "https://wiki.example/rb/",
-    })
+    tuned = thresholds_from_mapping(
+        {
+            "additional_rule_labels": {"team": "kafka", "severity": "info"},
+            "additional_rule_annotations": {"summary": "x", "dashboard": "https://g/d"},
+            "runbook_url": "https://wiki.example/rb/",
+        }
+    )
     for group in rules_document(tuned)["groups"]:
         for rule in group["rules"]:
             assert rule["labels"]["team"] == "kafka"
@@ -273,8 +278,13 @@ def test_partition_alerts_name_topic_partition_and_transactional_id() -> None:
 def test_rule_expressions_use_catalogued_metrics_and_labels() -> None:
     catalogue = all_series()
     routing = {"namespace", "job", "instance"}
-    every_rule = [r for group in rules_document(thresholds_from_mapping(
-        {"disabled": dict.fromkeys(DISABLED_BY_DEFAULT, False)}))["groups"] for r in group["rules"]]
+    every_rule = [
+        r
+        for group in rules_document(
+            thresholds_from_mapping({"disabled": dict.fromkeys(DISABLED_BY_DEFAULT, False)})
+        )["groups"]
+        for r in group["rules"]
+    ]
     for rule in every_rule:
         expr = rule["expr"]
         metrics = referenced_metrics(expr)
@@ -340,9 +350,13 @@ def test_invalid_thresholds_are_all_reported() -> None:
     with pytest.raises(ThresholdsError, match=r"valid: .*late_for"):
         thresholds_from_mapping({"hanging_fro": "5m"})
     with pytest.raises(ThresholdsError) as raised:
-        thresholds_from_mapping({"cluster_label": "kafka-cluster",
-                                 "disabled": {"KafkaNoSuchAlert": True},
-                                 "additional_rule_labels": {"bad-name": "x"}})
+        thresholds_from_mapping(
+            {
+                "cluster_label": "kafka-cluster",
+                "disabled": {"KafkaNoSuchAlert": True},
+                "additional_rule_labels": {"bad-name": "x"},
+            }
+        )
     for problem in ("cluster_label", "disabled.KafkaNoSuchAlert", "bad-name"):
         assert problem in str(raised.value)
 
@@ -380,8 +394,7 @@ def test_amtool_accepts_the_example_with_test_endpoints(tmp_path: Path) -> None:
 def test_example_routes_pages_groups_per_incident_and_inhibits() -> None:
     config = load_example()
     route = config["route"]
-    assert {"namespace", "kafka_cluster", "alertname", "topic", "partition"} <= set(
-        route["group_by"])
+    assert {"namespace", "kafka_cluster", "alertname", "topic", "partition"} <= set(route["group_by"])
     by_matcher = {tuple(r["matchers"]): r["receiver"] for r in route["routes"]}
     assert by_matcher[('severity="critical"',)] == PAGERDUTY_RECEIVER
     assert by_matcher[('severity="warning"',)] == TICKET_RECEIVER
@@ -393,7 +406,8 @@ def test_example_routes_pages_groups_per_incident_and_inhibits() -> None:
     assert same_alert["source_matchers"] == ['severity="critical"']
     assert same_alert["target_matchers"] == ['severity="warning"']
     assert {"alertname", "namespace", "kafka_cluster", "broker", "topic", "partition"} <= set(
-        same_alert["equal"])
+        same_alert["equal"]
+    )
     for rule in config["inhibit_rules"]:
         assert "namespace" in rule["equal"] and "kafka_cluster" in rule["equal"], rule
         # Nothing may mute the alert that says the exporter itself is down.
