@@ -18,7 +18,7 @@ from dataclasses import replace
 from types import FrameType
 
 from exporter import __version__
-from exporter.config import LOG_LEVELS, Config, ConfigError, WebConfig, load_config
+from exporter.config import LOG_LEVELS, Config, ConfigError, load_config
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -81,6 +81,9 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="YAML configuration file (see docs/config.example.yml)")
     p.add_argument("--web.listen-address", dest="listen_address", metavar="HOST:PORT",
                    help="override web.listen_address")
+    p.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
+                   help="TLS and basic auth for the endpoints (Prometheus exporter-toolkit "
+                        "web config format); overrides web.config_file")
     p.add_argument("--log.level", dest="log_level", choices=LOG_LEVELS,
                    help="override log.level")
     p.set_defaults(handler=_cmd_run)
@@ -103,10 +106,15 @@ def _load(args: argparse.Namespace) -> Config:
         except ConfigError as e:
             overrides.extend(p.replace("web.listen_address", "--web.listen-address")
                              for p in e.problems)
-        config = replace(config, web=WebConfig(listen_address=args.listen_address,
-                                               telemetry_path=config.web.telemetry_path))
+        config = replace(config, web=replace(config.web, listen_address=args.listen_address))
+    if getattr(args, "web_config_file", None):
+        config = replace(config, web=replace(config.web, config_file=args.web_config_file))
     if overrides:
         raise ConfigError(overrides)
+    if config.web.config_file:
+        from exporter.daemon.web import load_web_config
+
+        load_web_config(config.web.config_file)  # every problem named, exit 2
     if getattr(args, "log_level", None):
         config = replace(config, log=replace(config.log, level=args.log_level))
     return config

@@ -104,6 +104,12 @@ def parse_duration_ms(value: object) -> int:
 class WebConfig:
     listen_address: str = DEFAULT_LISTEN_ADDRESS
     telemetry_path: str = "/metrics"
+    #: Prometheus exporter-toolkit web config file: TLS and basic auth (exporter.daemon.web).
+    config_file: str | None = None
+    #: A connection must deliver its TLS handshake and request head within this time.
+    read_timeout_ms: int = 5000
+    #: Threads that answer requests (a scrape renders on one of them).
+    workers: int = 4
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -279,7 +285,8 @@ class _Reader:
 
 
 def _read_web(r: _Reader, raw: object) -> WebConfig:
-    d = r.section(raw, "web", {"listen_address", "telemetry_path"})
+    d = r.section(raw, "web", {"listen_address", "telemetry_path", "config_file", "read_timeout",
+                               "workers"})
     address = r.get(d, "listen_address", "web", str, DEFAULT_LISTEN_ADDRESS)
     _, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
@@ -289,7 +296,14 @@ def _read_web(r: _Reader, raw: object) -> WebConfig:
     if not path.startswith("/"):
         r.problem("web.telemetry_path", f"{path!r} must start with /")
         path = "/metrics"
-    return WebConfig(listen_address=address, telemetry_path=path)
+    config_file = r.get(d, "config_file", "web", str, "") or None
+    read_timeout_ms = r.duration(d, "read_timeout", "web", 5000, minimum_ms=100)
+    workers = r.get(d, "workers", "web", int, 4)
+    if isinstance(workers, bool) or not 1 <= workers <= 64:
+        r.problem("web.workers", f"{workers!r} must be an integer from 1 to 64")
+        workers = 4
+    return WebConfig(listen_address=address, telemetry_path=path, config_file=config_file,
+                     read_timeout_ms=read_timeout_ms, workers=workers)
 
 
 def _read_log(r: _Reader, raw: object) -> LogConfig:
