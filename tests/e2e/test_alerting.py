@@ -80,8 +80,9 @@ PLAIN_RECORDS = 50
 #: The ``for:`` of every alert in the test's rule file.
 ALERT_FOR = "2s"
 #: Upper bound of the wait for the page. It includes the daemon's first, cold Spark pipeline
-#: run: 40-45 s on a busy 2-CPU runner (later cycles ~13 s).
-PAGE_WAIT_S = 120.0
+#: run: 40-45 s on a busy 2-CPU runner (later cycles ~13 s), and more than 120 s on a runner
+#: shared by several Spark jobs (load average above 20 on 2 CPUs).
+PAGE_WAIT_S = 300.0
 #: Upper bound of the wait for the resolution after the abort (seen: ~25 s).
 ALERT_WAIT_S = 90.0
 #: Upper bound of the wait for every dashboard query to return data.
@@ -336,7 +337,7 @@ class DashboardQueries:
 # -- the test -------------------------------------------------------------------------------
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(720)
 def test_hanging_transaction_pages_and_resolves_after_cli_abort(
     kafka: KafkaCluster,
     states: TransactionStates,
