@@ -14,6 +14,8 @@ command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
 command -v promtool >/dev/null || need_apt+=(prometheus)
 command -v prometheus-alertmanager >/dev/null || need_apt+=(prometheus-alertmanager)
+# tests/e2e/test_web.py makes its CA, server and client certificates with the openssl CLI.
+command -v openssl >/dev/null || need_apt+=(openssl)
 command -v go >/dev/null || [ -x "$CACHE/bin/helm" ] || need_apt+=(golang-go)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"

@@ -1,26 +1,42 @@
-"""The alerting rules, in one place: a small typed model, tunable thresholds, the rules.
+"""The alerting rules, in one place: a small typed model, tunable knobs, the rules.
 
 Every alert is an :class:`Alert`; :func:`alerts` builds the list from :class:`Thresholds`, and
-:func:`rules_document` turns it into the Prometheus rule file. Thresholds an operator may want
-to change are fields of :class:`Thresholds`; a YAML file with a subset of them produces a tuned
-rule file (see ``python -m alerts.generate --help`` and docs/runbooks/README.md).
+:func:`rules_document` turns it into the Prometheus rule file. What an operator may want to
+change (thresholds, ``for:`` durations, the Kafka cluster label's name, disabled alerts, extra
+rule labels and annotations, the runbook base URL) is a field of :class:`Thresholds`; a YAML
+file with a subset of them produces a tuned rule file (``python -m alerts.generate
+--thresholds FILE``, keys as in alerts/thresholds.example.yml). The Helm chart offers the same
+knobs as values: it renders :func:`helm_rules_template`, a copy of the rules whose tunable
+values are placeholders the PrometheusRule template fills in.
 
-Every expression aggregates with ``max by (...)`` over the labels that identify the problem,
-so the alert does not depend on the scrape target (``job``/``instance``) and two exporter
-replicas watching the same cluster give one alert, not two.
+Routing labels survive aggregation: every expression aggregates with ``max by (namespace,
+job, <cluster label>, ...)``, so an alert keeps the ``namespace`` the Prometheus Operator's
+AlertmanagerConfig routes on and the ``job`` teams route by, and still does not depend on the
+scrape target (``instance``/``pod``): two exporter replicas watching the same cluster give
+one alert, not two.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
-#: Runbooks live next to the code; an alert's runbook is RUNBOOK_BASE_URL + name + ".md".
-RUNBOOK_BASE_URL = (
-    "https://github.com/kafka-txn-exporter/kafka-txn-exporter/blob/main/docs/runbooks/"
-)
+from exporter.metrics import catalogue as m
+from exporter.metrics.catalogue import DEFAULT_CLUSTER_LABEL, RUNBOOK_BASE_URL
+
+__all__ = [
+    "RUNBOOK_BASE_URL",
+    "Alert",
+    "Thresholds",
+    "ThresholdsError",
+    "alerts",
+    "helm_rules_template",
+    "rules_document",
+    "thresholds_from_mapping",
+]
+
 CLI = "kafka-txn-exporter"
 
 Severity = Literal["critical", "warning"]
@@ -28,15 +44,40 @@ SEVERITIES: tuple[Severity, ...] = ("critical", "warning")
 
 _PROMETHEUS_DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 _ALERT_NAME = re.compile(r"^[A-Z][A-Za-z0-9]+$")
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+#: A value the Helm chart fills in (see :func:`helm_rules_template`).
+PLACEHOLDER = "__KTE_{}__"
+_PLACEHOLDER = re.compile(r"^__KTE_[a-z0-9_]+__$")
+#: Labels every alert keeps through aggregation: the Operator routes on namespace.
+ROUTING_LABELS = "namespace, job"
+#: Alerts off unless enabled (``disabled: {Name: false}``).
+DISABLED_BY_DEFAULT = ("KafkaTransactionTwoPhaseCommitOpenTimeHigh",)
+#: Fields that shape the rule file rather than a threshold inside one rule.
+STRUCTURAL_FIELDS = ("disabled", "additional_rule_labels", "additional_rule_annotations")
 
 
 class ThresholdsError(ValueError):
     """Invalid thresholds; the message lists every problem, one per line."""
 
 
+def _default_disabled() -> dict[str, bool]:
+    return dict.fromkeys(DISABLED_BY_DEFAULT, True)
+
+
 @dataclass(frozen=True)
 class Thresholds:
     """Tunable parts of the rules. Defaults are justified in each alert's runbook."""
+
+    #: Name of the label that carries the Kafka cluster (the exporter's ``cluster_label``).
+    cluster_label: str = DEFAULT_CLUSTER_LABEL
+    #: Base of every alert's runbook_url annotation: runbook_url + AlertName + ".md".
+    runbook_url: str = RUNBOOK_BASE_URL
+    #: Alert name -> true to leave it out of the rule file.
+    disabled: Mapping[str, bool] = field(default_factory=_default_disabled)
+    #: Labels added to every alert (team routing); an alert's own labels win.
+    additional_rule_labels: Mapping[str, str] = field(default_factory=dict)
+    #: Annotations added to every alert; an alert's own annotations win.
+    additional_rule_annotations: Mapping[str, str] = field(default_factory=dict)
 
     #: KafkaTransactionHanging: the exporter already confirms a finding over
     #: pipeline.hanging_confirm_cycles cycles; 5m more rides out a marker still in flight.
@@ -52,43 +93,100 @@ class Thresholds:
     #: plus one minute for the coordinator's abort sweep and the exporter's cycle.
     coordinator_open_time_seconds: int = 960
     coordinator_open_time_for: str = "5m"
-    #: KafkaTwoPhaseCommitTransactionOpenTooLong.
+    #: KafkaTransactionTwoPhaseCommitOpenTimeHigh (disabled by default).
     two_phase_commit_open_seconds: int = 3600
     two_phase_commit_for: str = "10m"
+    #: KafkaTransactionMarkersPending: PrepareCommit/PrepareAbort normally last milliseconds.
+    markers_pending_seconds: int = 120
+    markers_pending_for: str = "5m"
     #: KafkaTransactionVerificationDisabled: long enough to ride out a rolling config change.
     verification_disabled_for: str = "15m"
     #: KafkaTransactionCoordinatorTimeoutAbortsRising: more than N aborts per window.
     timeout_aborts_window: str = "15m"
     timeout_aborts_threshold: int = 5
     timeout_aborts_for: str = "15m"
+    #: KafkaTransactionalIdsGrowing: more than N new transactional ids over the window, and
+    #: still growing over the last hour.
+    transactional_ids_growth_window: str = "6h"
+    transactional_ids_growth_min: int = 1000
+    transactional_ids_growth_for: str = "1h"
+    #: KafkaConsumerGroupBlockedByTransaction: a read_committed group stuck behind the LSO.
+    consumer_blocked_seconds: int = 300
+    consumer_blocked_for: str = "5m"
+    #: KafkaConsumerGroupUnstableOffsetCommit.
+    unstable_offset_commit_for: str = "10m"
     #: KafkaTxnExporterDown: regex on the Prometheus job that scrapes the exporter.
     exporter_job_regex: str = ".*kafka-txn-exporter.*"
+    #: KafkaTxnExporterDown: the namespace the exporter runs in ("" = any). When set, the
+    #: "not reporting at all" case carries it, so a namespace-scoped route sees it.
+    exporter_namespace: str = ""
     exporter_down_for: str = "10m"
     #: KafkaTxnExporterDataStale: ten default (30 s) collection intervals.
     data_stale_seconds: int = 300
     data_stale_for: str = "5m"
+    #: KafkaTxnExporterBlindSpot: long enough for an ACL change to propagate.
+    blind_spot_for: str = "15m"
+    #: KafkaTxnExporterCyclesSkipped: more than N skipped cycles per window.
+    cycles_skipped_window: str = "15m"
+    cycles_skipped_threshold: int = 2
+    cycles_skipped_for: str = "15m"
 
     def validate(self) -> None:
         problems = []
+        names = set(ALERT_NAMES)
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name.endswith(("_for", "_window")):
+            if f.name == "cluster_label":
+                if not isinstance(value, str) or not _LABEL_NAME.match(value):
+                    problems.append(f"cluster_label: {value!r} is not a Prometheus label name")
+            elif f.name == "disabled":
+                if not isinstance(value, Mapping):
+                    problems.append("disabled: must map alert names to true or false")
+                    continue
+                for name, off in value.items():
+                    if name not in names:
+                        problems.append(f"disabled.{name}: no such alert; valid: " + ", ".join(sorted(names)))
+                    elif not isinstance(off, bool):
+                        problems.append(f"disabled.{name}: {off!r} must be true or false")
+            elif f.name in ("additional_rule_labels", "additional_rule_annotations"):
+                if not isinstance(value, Mapping):
+                    problems.append(f"{f.name}: must map names to strings")
+                    continue
+                for key, text in value.items():
+                    if not isinstance(key, str) or not _LABEL_NAME.match(key):
+                        problems.append(f"{f.name}.{key}: not a valid label name")
+                    elif not isinstance(text, str):
+                        problems.append(f"{f.name}.{key}: {text!r} must be a string")
+            elif f.name.endswith(("_for", "_window")):
                 if not isinstance(value, str) or not _PROMETHEUS_DURATION.match(value):
-                    problems.append(
-                        f"{f.name}: {value!r} is not a Prometheus duration (e.g. 30s, 5m, 1h)"
-                    )
-            elif f.type == "int" and (
-                not isinstance(value, int) or isinstance(value, bool) or value <= 0
+                    problems.append(f"{f.name}: {value!r} is not a Prometheus duration (e.g. 30s, 5m, 1h)")
+            elif f.type == "int":
+                if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                    problems.append(f"{f.name}: {value!r} must be a positive integer")
+            elif f.name == "exporter_namespace":
+                if not isinstance(value, str) or '"' in value or "\\" in value:
+                    problems.append(f"{f.name}: {value!r} must be a namespace name")
+            elif f.type == "str" and (
+                not isinstance(value, str) or not value or '"' in value or "\n" in value
             ):
-                problems.append(f"{f.name}: {value!r} must be a positive integer")
-            elif f.type == "str" and (not isinstance(value, str) or not value):
-                problems.append(f"{f.name}: must be a non-empty string")
+                problems.append(f"{f.name}: must be a non-empty string without quotes")
         if problems:
             raise ThresholdsError("\n".join(problems))
 
+    def is_disabled(self, name: str) -> bool:
+        return bool(self.disabled.get(name, False))
+
+
+#: Fields the Helm chart fills in as placeholders (all but the structural ones).
+TUNABLE_FIELDS = tuple(f.name for f in fields(Thresholds) if f.name not in STRUCTURAL_FIELDS)
+
 
 def thresholds_from_mapping(raw: Mapping[str, Any] | None) -> Thresholds:
-    """Defaults overridden by ``raw``; unknown keys and bad values are reported together."""
+    """Defaults overridden by ``raw``; unknown keys and bad values are reported together.
+
+    ``disabled`` is merged over the default (so ``{KafkaTransactionHanging: true}`` keeps
+    the disabled-by-default alerts disabled).
+    """
     raw = dict(raw or {})
     known = {f.name for f in fields(Thresholds)}
     unknown = sorted(set(raw) - known)
@@ -96,9 +194,21 @@ def thresholds_from_mapping(raw: Mapping[str, Any] | None) -> Thresholds:
         raise ThresholdsError(
             f"unknown threshold(s): {', '.join(unknown)}; valid: {', '.join(sorted(known))}"
         )
+    if isinstance(raw.get("disabled"), Mapping):
+        raw["disabled"] = {**_default_disabled(), **raw["disabled"]}
+    for key in ("disabled", "additional_rule_labels", "additional_rule_annotations"):
+        if key in raw and raw[key] is None:
+            raw[key] = {}
     tuned = replace(Thresholds(), **raw)
     tuned.validate()
     return tuned
+
+
+def _helm_placeholders() -> Thresholds:
+    """Thresholds whose tunable values are placeholders (not valid on their own)."""
+    values: dict[str, Any] = {name: PLACEHOLDER.format(name) for name in TUNABLE_FIELDS}
+    values["disabled"] = {}
+    return replace(Thresholds(), **values)
 
 
 @dataclass(frozen=True)
@@ -118,84 +228,94 @@ class Alert:
             raise ValueError(f"alert name {self.name!r} is not CamelCase")
         if self.severity not in SEVERITIES:
             raise ValueError(f"{self.name}: severity {self.severity!r} not in {SEVERITIES}")
-        if not _PROMETHEUS_DURATION.match(self.for_):
+        if not (_PROMETHEUS_DURATION.match(self.for_) or _PLACEHOLDER.match(self.for_)):
             raise ValueError(f"{self.name}: for {self.for_!r} is not a Prometheus duration")
 
-    @property
-    def runbook_url(self) -> str:
-        return f"{RUNBOOK_BASE_URL}{self.name}.md"
-
-    def to_rule(self) -> dict[str, Any]:
+    def to_rule(self, t: Thresholds) -> dict[str, Any]:
+        labels = {**t.additional_rule_labels, "severity": self.severity}
+        annotations = {
+            **t.additional_rule_annotations,
+            "summary": self.summary,
+            "description": self.description,
+            "runbook_url": f"{t.runbook_url}{self.name}.md",
+        }
         return {
             "alert": self.name,
             "expr": self.expr,
             "for": self.for_,
-            "labels": {"severity": self.severity},
-            "annotations": {
-                "summary": self.summary,
-                "description": self.description,
-                "runbook_url": self.runbook_url,
-            },
+            "labels": labels,
+            "annotations": annotations,
         }
 
 
-# Reusable template fragments. Labels that may be absent render as "unknown".
-_CLUSTER = "{{ $labels.cluster }}"
-_TXN_ID = (
-    "{{ if $labels.transactional_id }}'{{ $labels.transactional_id }}'"
-    "{{ else }}unknown{{ end }}"
-)
-_PARTITION = "{{ $labels.topic }}-{{ $labels.partition }}"
-_PARTITION_AND_LEADER = (
-    "Partition " + _PARTITION + " (leader broker {{ $labels.broker }}, cluster " + _CLUSTER + ")"
-)
-_FIND_TRANSACTION = "Find it: " + CLI + " list, then " + CLI + " describe --transactional-id ID"
-
 TRANSACTIONS = "kafka-transactions"
+CONSUMERS = "kafka-transaction-consumers"
 EXPORTER = "kafka-txn-exporter"
 
 
-def _finding_or_broker_count(
-    info: str, info_label: str, count: str, info_matchers: str = ""
-) -> str:
-    """Every finding of the ``info`` metric, one alert each; or else, per broker, the
-    ``count`` whose findings the exporter's finding cap left out.
-    """
-    return (
-        "max by (cluster, broker, topic, partition, producer_id, start_offset,"
-        f" transactional_id, {info_label}) ({info}{info_matchers})\n"
-        "or\n"
-        "(\n"
-        f"  max by (cluster, broker) ({count}) > 0\n"
-        f"  unless on (cluster, broker) {info}\n"
-        ")"
-    )
+class _Text:
+    """Label-dependent fragments of expressions and templates for one cluster label."""
+
+    def __init__(self, t: Thresholds) -> None:
+        self.c = t.cluster_label
+        #: The cluster in templates.
+        self.cluster = "{{ $labels." + self.c + " }}"
+        self.txn_id = (
+            "{{ if $labels.transactional_id }}'{{ $labels.transactional_id }}'{{ else }}unknown{{ end }}"
+        )
+        self.partition = "{{ $labels.topic }}-{{ $labels.partition }}"
+        self.partition_and_leader = (
+            "Partition " + self.partition + " (leader broker "
+            "{{ $labels.broker }}, cluster " + self.cluster + ")"
+        )
+        self.find_transaction = "Find it: " + CLI + " list, then " + CLI + " describe --transactional-id ID"
+
+    def by(self, *labels: str) -> str:
+        """``namespace, job, <cluster label>, labels...``: an aggregation's grouping."""
+        return ", ".join([ROUTING_LABELS, self.c, *labels])
+
+    def max_by(self, expr: str, *labels: str) -> str:
+        return f"max by ({self.by(*labels)}) ({expr})"
+
+    def finding_or_broker_count(self, info: str, info_label: str, count: str, info_matchers: str = "") -> str:
+        """Every finding of the ``info`` metric, one alert each; or else, per broker, the
+        ``count`` whose findings the exporter's finding cap left out."""
+        finding = self.by(
+            "broker", "topic", "partition", "producer_id", "start_offset", "transactional_id", info_label
+        )
+        broker = self.by("broker")
+        return (
+            f"max by ({finding}) ({info}{info_matchers})\n"
+            "or\n"
+            "(\n"
+            f"  max by ({broker}) ({count}) > 0\n"
+            f"  unless on ({broker}) {info}\n"
+            ")"
+        )
 
 
-def _hanging(t: Thresholds) -> Alert:
+def _hanging(t: Thresholds, x: _Text) -> Alert:
     return Alert(
         name="KafkaTransactionHanging",
         group=TRANSACTIONS,
         severity="critical",
         for_=t.hanging_for,
-        expr=_finding_or_broker_count(
-            "kafka_txn_hanging_transaction_info", "reason", "kafka_txn_hanging_transactions"
-        ),
+        expr=x.finding_or_broker_count(m.HANGING_TRANSACTION_INFO, "reason", m.HANGING_TRANSACTIONS),
         summary=(
-            "{{ if $labels.topic }}Hanging transaction on " + _PARTITION + "{{ else }}"
+            "{{ if $labels.topic }}Hanging transaction on " + x.partition + "{{ else }}"
             "{{ $value }} hanging transaction(s) on broker {{ $labels.broker }}{{ end }}"
-            " in cluster " + _CLUSTER
+            " in cluster " + x.cluster
         ),
         description=(
-            "{{ if $labels.topic }}" + _PARTITION_AND_LEADER + " has an open transaction of "
-            "producer id {{ $labels.producer_id }} (transactional id " + _TXN_ID + ") "
+            "{{ if $labels.topic }}" + x.partition_and_leader + " has an open transaction of "
+            "producer id {{ $labels.producer_id }} (transactional id " + x.txn_id + ") "
             "starting at offset {{ $labels.start_offset }} that no coordinator will "
             "complete (reason: {{ $labels.reason }}). read_committed consumers of this "
             "partition are stuck at offset {{ $labels.start_offset }} and the log cannot "
             "be compacted or cleaned past it. Abort it: " + CLI + " abort --topic "
             "{{ $labels.topic }} --partition {{ $labels.partition }} --start-offset "
             "{{ $labels.start_offset }}"
-            "{{ else }}Broker {{ $labels.broker }} of cluster " + _CLUSTER + " leads "
+            "{{ else }}Broker {{ $labels.broker }} of cluster " + x.cluster + " leads "
             "{{ $value }} partition(s) with a hanging transaction, but the exporter's "
             "finding cap hid the details. List them: " + CLI + " find-hanging --broker-id "
             "{{ $labels.broker }}{{ end }}"
@@ -203,30 +323,30 @@ def _hanging(t: Thresholds) -> Alert:
     )
 
 
-def _late(t: Thresholds) -> Alert:
+def _late(t: Thresholds, x: _Text) -> Alert:
     return Alert(
         name="KafkaTransactionsLate",
         group=TRANSACTIONS,
         severity="warning",
         for_=t.late_for,
-        expr=_finding_or_broker_count(
-            "kafka_txn_late_transaction_info",
+        expr=x.finding_or_broker_count(
+            m.LATE_TRANSACTION_INFO,
             "class",
-            "kafka_txn_partitions_with_late_transactions",
+            m.PARTITIONS_WITH_LATE_TRANSACTIONS,
             '{class!="two_phase_commit"}',
         ),
         summary=(
-            "{{ if $labels.topic }}Late transaction on " + _PARTITION + "{{ else }}"
+            "{{ if $labels.topic }}Late transaction on " + x.partition + "{{ else }}"
             "{{ $value }} partition(s) with late transactions on broker {{ $labels.broker }}"
-            "{{ end }} in cluster " + _CLUSTER
+            "{{ end }} in cluster " + x.cluster
         ),
         description=(
-            "{{ if $labels.topic }}" + _PARTITION_AND_LEADER + " has had a transaction of "
-            "producer id {{ $labels.producer_id }} (transactional id " + _TXN_ID + ") open "
+            "{{ if $labels.topic }}" + x.partition_and_leader + " has had a transaction of "
+            "producer id {{ $labels.producer_id }} (transactional id " + x.txn_id + ") open "
             "since offset {{ $labels.start_offset }} for longer than "
             "transaction.max.timeout.ms + 5 minutes (class: {{ $labels.class }}). "
             "The coordinator should have aborted it; it may be hanging."
-            "{{ else }}Broker {{ $labels.broker }} of cluster " + _CLUSTER + " reports "
+            "{{ else }}Broker {{ $labels.broker }} of cluster " + x.cluster + " reports "
             "{{ $value }} partition(s) whose oldest transaction is older than "
             "transaction.max.timeout.ms + 5 minutes (PartitionsWithLateTransactionsCount)."
             "{{ end }} Check: " + CLI + " find-hanging "
@@ -236,27 +356,33 @@ def _late(t: Thresholds) -> Alert:
     )
 
 
-def _lso_lag(t: Thresholds) -> Alert:
-    key = "cluster, topic, partition"
+def _lso_lag(t: Thresholds, x: _Text) -> Alert:
+    key = x.by("topic", "partition")
     return Alert(
         name="KafkaLastStableOffsetLagGrowing",
         group=TRANSACTIONS,
         severity="warning",
         for_=t.lso_lag_for,
         expr=(
-            f"max by ({key}) (kafka_txn_partition_last_stable_offset_lag)"
+            f"max by ({key}) ({m.PARTITION_LAST_STABLE_OFFSET_LAG})"
             f" > {t.lso_lag_min_offsets}\n"
             f"and on ({key})\n"
-            f"max by ({key}) (delta(kafka_txn_partition_last_stable_offset_lag"
+            f"max by ({key}) (delta({m.PARTITION_LAST_STABLE_OFFSET_LAG}"
             f"[{t.lso_lag_growth_window}])) > 0\n"
             f"and on ({key})\n"
-            f"max by ({key}) (kafka_txn_partition_max_active_transaction_duration_seconds)"
+            f"max by ({key}) ({m.PARTITION_MAX_ACTIVE_TRANSACTION_DURATION})"
             f" > {t.lso_lag_min_open_seconds}"
         ),
-        summary="LSO lag of " + _PARTITION + " in cluster " + _CLUSTER
+        summary="LSO lag of "
+        + x.partition
+        + " in cluster "
+        + x.cluster
         + " keeps growing behind an open transaction",
         description=(
-            "The LastStableOffsetLag of partition " + _PARTITION + " in cluster " + _CLUSTER
+            "The LastStableOffsetLag of partition "
+            + x.partition
+            + " in cluster "
+            + x.cluster
             + " is {{ $value | humanize }} offsets and grew over the last "
             f"{t.lso_lag_growth_window}, while a transaction on it has been open for more "
             f"than {t.lso_lag_min_open_seconds}s. read_committed consumers cannot read past "
@@ -266,64 +392,86 @@ def _lso_lag(t: Thresholds) -> Alert:
     )
 
 
-def _coordinator_open_time(t: Thresholds) -> Alert:
+def _coordinator_open_time(t: Thresholds, x: _Text) -> Alert:
     return Alert(
         name="KafkaTransactionCoordinatorOpenTimeHigh",
         group=TRANSACTIONS,
         severity="warning",
         for_=t.coordinator_open_time_for,
         expr=(
-            "max by (cluster, coordinator) "
-            f"(kafka_txn_active_transaction_open_time_max_seconds) > "
-            f"{t.coordinator_open_time_seconds}"
+            x.max_by(m.ACTIVE_TRANSACTION_OPEN_TIME_MAX, "coordinator")
+            + f" > {t.coordinator_open_time_seconds}"
         ),
-        summary="Coordinator {{ $labels.coordinator }} in cluster " + _CLUSTER
+        summary="Coordinator {{ $labels.coordinator }} in cluster "
+        + x.cluster
         + " has a transaction open for {{ $value | humanizeDuration }}",
         description=(
             "The oldest ongoing transaction owned by coordinator broker "
-            "{{ $labels.coordinator }} in cluster " + _CLUSTER + " has been open for "
+            "{{ $labels.coordinator }} in cluster " + x.cluster + " has been open for "
             "{{ $value | humanizeDuration }}, longer than "
             f"{t.coordinator_open_time_seconds}s (transaction.max.timeout.ms + margin). "
+            "Two-phase-commit transactions are not counted here. "
             "The coordinator should have aborted it on timeout: it may be unable to write "
-            "its markers. " + _FIND_TRANSACTION
+            "its markers. " + x.find_transaction
         ),
     )
 
 
-def _two_phase_commit(t: Thresholds) -> Alert:
+def _two_phase_commit(t: Thresholds, x: _Text) -> Alert:
     return Alert(
-        name="KafkaTwoPhaseCommitTransactionOpenTooLong",
+        name="KafkaTransactionTwoPhaseCommitOpenTimeHigh",
         group=TRANSACTIONS,
         severity="warning",
         for_=t.two_phase_commit_for,
         expr=(
-            "max by (cluster, coordinator) "
-            "(kafka_txn_two_phase_commit_transaction_open_time_max_seconds) > "
-            f"{t.two_phase_commit_open_seconds}"
+            x.max_by(m.TWO_PHASE_COMMIT_OPEN_TIME_MAX, "coordinator")
+            + f" > {t.two_phase_commit_open_seconds}"
         ),
         summary="Two-phase-commit transaction open for {{ $value | humanizeDuration }} on "
-        "coordinator {{ $labels.coordinator }} in cluster " + _CLUSTER,
+        "coordinator {{ $labels.coordinator }} in cluster " + x.cluster,
         description=(
-            "Coordinator broker {{ $labels.coordinator }} in cluster " + _CLUSTER + " owns a "
+            "Coordinator broker {{ $labels.coordinator }} in cluster " + x.cluster + " owns a "
             "two-phase-commit transaction (KIP-939) open for "
             "{{ $value | humanizeDuration }}, more than "
             f"{t.two_phase_commit_open_seconds}s. Kafka never times these out; the "
-            "external transaction manager must commit or abort it. " + _FIND_TRANSACTION
+            "external transaction manager must commit or abort it. " + x.find_transaction
         ),
     )
 
 
-def _verification_disabled(t: Thresholds) -> Alert:
+def _markers_pending(t: Thresholds, x: _Text) -> Alert:
+    return Alert(
+        name="KafkaTransactionMarkersPending",
+        group=TRANSACTIONS,
+        severity="warning",
+        for_=t.markers_pending_for,
+        expr=(x.max_by(m.COORDINATOR_PREPARE_TIME_MAX, "coordinator") + f" > {t.markers_pending_seconds}"),
+        summary="Coordinator {{ $labels.coordinator }} in cluster "
+        + x.cluster
+        + " cannot finish writing transaction markers",
+        description=(
+            "A transaction coordinated by broker {{ $labels.coordinator }} of cluster "
+            + x.cluster
+            + " has been in PrepareCommit or PrepareAbort for "
+            "{{ $value | humanizeDuration }} (more than "
+            f"{t.markers_pending_seconds}s): the commit or abort is decided but its markers "
+            "are not written to every partition yet, usually because a partition leader is "
+            "offline or unreachable from the coordinator. The partitions' LSO stays in place "
+            "meanwhile. " + x.find_transaction
+        ),
+    )
+
+
+def _verification_disabled(t: Thresholds, x: _Text) -> Alert:
     return Alert(
         name="KafkaTransactionVerificationDisabled",
         group=TRANSACTIONS,
         severity="warning",
         for_=t.verification_disabled_for,
-        expr="max by (cluster, broker) (kafka_txn_broker_transaction_verification_enabled) == 0",
-        summary="Transaction verification is disabled on broker {{ $labels.broker }} in "
-        "cluster " + _CLUSTER,
+        expr=x.max_by(m.BROKER_TRANSACTION_VERIFICATION_ENABLED, "broker") + " == 0",
+        summary="Transaction verification is disabled on broker {{ $labels.broker }} in cluster " + x.cluster,
         description=(
-            "Broker {{ $labels.broker }} of cluster " + _CLUSTER + " runs with "
+            "Broker {{ $labels.broker }} of cluster " + x.cluster + " runs with "
             "transaction.partition.verification.enable=false (KIP-890). It accepts "
             "transactional writes to partitions the coordinator never added to the "
             "transaction, which is how hanging transactions are created. Re-enable it: "
@@ -334,21 +482,21 @@ def _verification_disabled(t: Thresholds) -> Alert:
     )
 
 
-def _timeout_aborts(t: Thresholds) -> Alert:
+def _timeout_aborts(t: Thresholds, x: _Text) -> Alert:
     return Alert(
         name="KafkaTransactionCoordinatorTimeoutAbortsRising",
         group=TRANSACTIONS,
         severity="warning",
         for_=t.timeout_aborts_for,
         expr=(
-            "max by (cluster, coordinator) "
-            f"(increase(kafka_txn_coordinator_timeout_aborts_total[{t.timeout_aborts_window}]))"
-            f" > {t.timeout_aborts_threshold}"
+            x.max_by(f"increase({m.COORDINATOR_TIMEOUT_ABORTS}[{t.timeout_aborts_window}])", "coordinator")
+            + f" > {t.timeout_aborts_threshold}"
         ),
-        summary="Coordinator {{ $labels.coordinator }} in cluster " + _CLUSTER
+        summary="Coordinator {{ $labels.coordinator }} in cluster "
+        + x.cluster
         + " keeps aborting transactions on timeout",
         description=(
-            "Coordinator broker {{ $labels.coordinator }} of cluster " + _CLUSTER + " aborted "
+            "Coordinator broker {{ $labels.coordinator }} of cluster " + x.cluster + " aborted "
             "{{ $value | humanize }} transactions in the last "
             f"{t.timeout_aborts_window} because they outlived their transaction.timeout.ms "
             "(KIP-588). Producers are dying or stalling mid-transaction, and their "
@@ -357,51 +505,153 @@ def _timeout_aborts(t: Thresholds) -> Alert:
     )
 
 
-def _exporter_down(t: Thresholds) -> Alert:
+def _transactional_ids_growing(t: Thresholds, x: _Text) -> Alert:
+    per_cluster = f"namespace, {x.c}"
+    ids = (
+        f"sum by ({per_cluster}) (max by ({per_cluster}, coordinator, state) "
+        f"({m.COORDINATOR_TRANSACTIONS}{{}}))"
+    )
+    before = ids.replace("{})", f"{{}} offset {t.transactional_ids_growth_window})")
+    an_hour_ago = ids.replace("{})", "{} offset 1h)")
+    return Alert(
+        name="KafkaTransactionalIdsGrowing",
+        group=TRANSACTIONS,
+        severity="warning",
+        for_=t.transactional_ids_growth_for,
+        expr=(
+            f"{ids} - {before} > {t.transactional_ids_growth_min}\n"
+            f"and on ({per_cluster})\n"
+            f"{ids} - {an_hour_ago} > 0"
+        ),
+        summary="Transactional ids in cluster " + x.cluster + " keep growing",
+        description=(
+            "The coordinators of cluster " + x.cluster + " know {{ $value | humanize }} more "
+            f"transactional ids than {t.transactional_ids_growth_window} ago, and the number "
+            "still grew over the last hour. Applications that make up a new "
+            "transactional.id per producer instance (random ids, pod names with hashes) "
+            "fill __transaction_state and coordinator memory until "
+            "transactional.id.expiration.ms expires them. Find the prefixes: " + CLI + " list"
+        ),
+    )
+
+
+def _consumer_blocked(t: Thresholds, x: _Text) -> Alert:
+    key = x.by("group", "topic", "partition")
+    details = "transactional_id, producer_id, start_offset, application"
+    seconds = f"max by ({key}) ({m.CONSUMER_GROUP_BLOCKED_SECONDS})"
+    info = f"max by ({key}, {details}) ({m.CONSUMER_GROUP_BLOCKED_INFO})"
+    return Alert(
+        name="KafkaConsumerGroupBlockedByTransaction",
+        group=CONSUMERS,
+        severity="critical",
+        for_=t.consumer_blocked_for,
+        expr=(
+            f"({seconds} > {t.consumer_blocked_seconds})\n"
+            f"* on ({key}) group_left ({details})\n"
+            f"{info}\n"
+            f"or on ({key})\n"
+            f"({seconds} > {t.consumer_blocked_seconds})"
+        ),
+        summary="Consumer group {{ $labels.group }} is blocked on "
+        + x.partition
+        + " in cluster "
+        + x.cluster
+        + " by an open transaction",
+        description=(
+            "read_committed consumers of group {{ $labels.group }} have read everything up "
+            "to the last stable offset of partition "
+            + x.partition
+            + " (cluster "
+            + x.cluster
+            + ") and have waited {{ $value | humanizeDuration }} behind the "
+            "open transaction of producer id {{ if $labels.producer_id }}"
+            "{{ $labels.producer_id }}{{ else }}unknown{{ end }} (transactional id "
+            + x.txn_id
+            + "{{ if $labels.application }}, application {{ $labels.application }}{{ end }}) "
+            "starting at offset {{ if $labels.start_offset }}{{ $labels.start_offset }}"
+            "{{ else }}unknown{{ end }}. If it is hanging: " + CLI + " find-hanging --topic "
+            "{{ $labels.topic }} --partition {{ $labels.partition }}, then "
+            + CLI
+            + " abort (or force-terminate --transactional-id ID for a two-phase-commit "
+            "transaction nobody will finish)."
+        ),
+    )
+
+
+def _unstable_offset_commit(t: Thresholds, x: _Text) -> Alert:
+    return Alert(
+        name="KafkaConsumerGroupUnstableOffsetCommit",
+        group=CONSUMERS,
+        severity="warning",
+        for_=t.unstable_offset_commit_for,
+        expr=x.max_by(m.CONSUMER_GROUP_UNSTABLE_OFFSET_COMMITS, "group") + " > 0",
+        summary="Consumer group {{ $labels.group }} in cluster "
+        + x.cluster
+        + " has offset commits pending in a transaction",
+        description=(
+            "{{ $value }} partition(s) of consumer group {{ $labels.group }} (cluster "
+            + x.cluster
+            + ") have offsets committed inside a transaction that is not "
+            "complete (UNSTABLE_OFFSET_COMMIT on OffsetFetch with require_stable). Consumers "
+            "of the group that restart cannot fetch their position until the transaction "
+            "ends. Find the transaction: " + CLI + " list, then " + CLI + " describe --transactional-id ID"
+        ),
+    )
+
+
+def _exporter_down(t: Thresholds, x: _Text) -> Alert:
+    namespace = f'namespace="{t.exporter_namespace}", ' if t.exporter_namespace else ""
+    absent = f'{{namespace="{t.exporter_namespace}"}}' if t.exporter_namespace else ""
     return Alert(
         name="KafkaTxnExporterDown",
         group=EXPORTER,
         severity="warning",
         for_=t.exporter_down_for,
         expr=(
-            "max by (cluster) (kafka_txn_exporter_up) == 0\n"
-            f'or max by (job, instance) (up{{job=~"{t.exporter_job_regex}"}}) == 0\n'
-            "or absent(kafka_txn_exporter_up)"
+            x.max_by(m.EXPORTER_UP) + " == 0\n"
+            f"or max by ({ROUTING_LABELS}, instance) "
+            f'(up{{{namespace}job=~"{t.exporter_job_regex}"}}) == 0\n'
+            f"or absent({m.EXPORTER_UP}{absent})"
         ),
         summary=(
-            "{{ if $labels.cluster }}kafka-txn-exporter cannot collect cluster "
-            + _CLUSTER + "{{ else if $labels.instance }}kafka-txn-exporter "
+            "{{ if $labels."
+            + x.c
+            + " }}kafka-txn-exporter cannot collect cluster "
+            + x.cluster
+            + "{{ else if $labels.instance }}kafka-txn-exporter "
             "{{ $labels.instance }} cannot be scraped{{ else }}kafka-txn-exporter is "
             "not reporting{{ end }}"
         ),
         description=(
-            "{{ if $labels.cluster }}The last collection cycles of cluster " + _CLUSTER
+            "{{ if $labels."
+            + x.c
+            + " }}The last collection cycles of cluster "
+            + x.cluster
             + " failed at least in part (kafka_txn_exporter_up is 0): transaction metrics "
             "are partial or missing. See the request errors on the exporter dashboard and "
             "the exporter log.{{ else if $labels.instance }}Prometheus cannot scrape "
             "{{ $labels.instance }} (job {{ $labels.job }}): no Kafka transaction is "
             "monitored by it.{{ else }}No kafka_txn_exporter_up series exist: the exporter "
             "is not running or not scraped, and nothing watches Kafka transactions."
-            "{{ end }} Hanging transactions go unnoticed meanwhile: run " + CLI
+            "{{ end }} Hanging transactions go unnoticed meanwhile: run "
+            + CLI
             + " find-hanging by hand if this lasts."
         ),
     )
 
 
-def _data_stale(t: Thresholds) -> Alert:
+def _data_stale(t: Thresholds, x: _Text) -> Alert:
     return Alert(
         name="KafkaTxnExporterDataStale",
         group=EXPORTER,
         severity="warning",
         for_=t.data_stale_for,
-        expr=(
-            "max by (cluster) (kafka_txn_exporter_snapshot_age_seconds) > "
-            f"{t.data_stale_seconds}"
-        ),
-        summary="kafka-txn-exporter data for cluster " + _CLUSTER
+        expr=x.max_by(m.EXPORTER_SNAPSHOT_AGE) + f" > {t.data_stale_seconds}",
+        summary="kafka-txn-exporter data for cluster "
+        + x.cluster
         + " is {{ $value | humanizeDuration }} old",
         description=(
-            "The snapshot kafka-txn-exporter serves for cluster " + _CLUSTER + " is "
+            "The snapshot kafka-txn-exporter serves for cluster " + x.cluster + " is "
             "{{ $value | humanizeDuration }} old (threshold "
             f"{t.data_stale_seconds}s): collection cycles are not completing. Every "
             "transaction alert for this cluster works on old data. Check the cycle and "
@@ -410,26 +660,103 @@ def _data_stale(t: Thresholds) -> Alert:
     )
 
 
+def _blind_spot(t: Thresholds, x: _Text) -> Alert:
+    return Alert(
+        name="KafkaTxnExporterBlindSpot",
+        group=EXPORTER,
+        severity="warning",
+        for_=t.blind_spot_for,
+        expr=f"min by ({x.by()}) ({m.EXPORTER_TRANSACTIONAL_IDS_VISIBLE}) == 0",
+        summary="kafka-txn-exporter cannot see every transaction of cluster " + x.cluster,
+        description=(
+            "The exporter's principal may not Describe every transactional id of cluster "
+            + x.cluster
+            + ", so ListTransactions can leave transactions out without an "
+            "error: their open transactions are classed unknown (kafka_txn_open_transactions"
+            "_unknown by reason) and a hanging transaction among them may be missed or "
+            "misjudged. Grant Describe on every transactional id: kafka-acls.sh "
+            "--bootstrap-server HOST:PORT --command-config admin.properties --add "
+            "--allow-principal User:<exporter principal> --operation Describe "
+            "--transactional-id '*'"
+        ),
+    )
+
+
+def _cycles_skipped(t: Thresholds, x: _Text) -> Alert:
+    return Alert(
+        name="KafkaTxnExporterCyclesSkipped",
+        group=EXPORTER,
+        severity="warning",
+        for_=t.cycles_skipped_for,
+        expr=(
+            x.max_by(f"increase({m.EXPORTER_CYCLES_SKIPPED}[{t.cycles_skipped_window}])")
+            + f" > {t.cycles_skipped_threshold}"
+        ),
+        summary="kafka-txn-exporter keeps skipping collection cycles of cluster " + x.cluster,
+        description=(
+            "{{ $value | humanize }} collection cycles of cluster " + x.cluster + " were "
+            f"skipped in the last {t.cycles_skipped_window} because the previous cycle "
+            "was still running: a cycle takes longer than the collection interval. Data "
+            "gets older than the interval promises. Raise the cluster's interval, narrow "
+            "topics.allow, or give the exporter more CPU; the exporter dashboard's stage "
+            "durations show the slow part."
+        ),
+    )
+
+
+_BUILDERS = (
+    _hanging,
+    _late,
+    _lso_lag,
+    _coordinator_open_time,
+    _two_phase_commit,
+    _markers_pending,
+    _verification_disabled,
+    _timeout_aborts,
+    _transactional_ids_growing,
+    _consumer_blocked,
+    _unstable_offset_commit,
+    _exporter_down,
+    _data_stale,
+    _blind_spot,
+    _cycles_skipped,
+)
+
+
+def _all_alerts(t: Thresholds) -> list[Alert]:
+    x = _Text(t)
+    return [build(t, x) for build in _BUILDERS]
+
+
+#: Every alert name, enabled or not.
+ALERT_NAMES: tuple[str, ...] = tuple(a.name for a in _all_alerts(Thresholds()))
+
+
 def alerts(thresholds: Thresholds | None = None) -> list[Alert]:
-    """Every alert, in the order they are written."""
+    """Every enabled alert, in the order they are written."""
     t = thresholds or Thresholds()
     t.validate()
-    return [
-        _hanging(t),
-        _late(t),
-        _lso_lag(t),
-        _coordinator_open_time(t),
-        _two_phase_commit(t),
-        _verification_disabled(t),
-        _timeout_aborts(t),
-        _exporter_down(t),
-        _data_stale(t),
-    ]
+    return [a for a in _all_alerts(t) if not t.is_disabled(a.name)]
+
+
+def _document(t: Thresholds, chosen: list[Alert]) -> dict[str, Any]:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for alert in chosen:
+        groups.setdefault(alert.group, []).append(alert.to_rule(t))
+    return {"groups": [{"name": name, "rules": rules} for name, rules in groups.items()]}
 
 
 def rules_document(thresholds: Thresholds | None = None) -> dict[str, Any]:
     """The Prometheus rule file as data: one group per concern, alerts in definition order."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for alert in alerts(thresholds):
-        groups.setdefault(alert.group, []).append(alert.to_rule())
-    return {"groups": [{"name": name, "rules": rules} for name, rules in groups.items()]}
+    t = thresholds or Thresholds()
+    return _document(t, alerts(t))
+
+
+def helm_rules_template() -> dict[str, Any]:
+    """Every alert (disabled ones too) with each tunable value a placeholder
+    ``__KTE_<field>__``, for the chart's PrometheusRule template to fill in from
+    ``rules.thresholds`` (and ``config.cluster_label``, ``rules.runbookUrl``, the release
+    namespace); it drops ``rules.disabled`` alerts and adds the extra labels and annotations.
+    """
+    t = _helm_placeholders()
+    return _document(t, _all_alerts(t))

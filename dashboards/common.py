@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from grafanalib.core import (
+    Annotations,
     Dashboard,
     GridPos,
     RowPanel,
@@ -26,10 +27,11 @@ from grafanalib.core import (
     TimeSeries,
 )
 
-from alerts.rules import RUNBOOK_BASE_URL  # the one base URL, shared with the alert rules
+from exporter.metrics.catalogue import DEFAULT_CLUSTER_LABEL, RUNBOOK_BASE_URL
 
-#: Grafana dashboard JSON schema the output is written for (Grafana 9/10 panels).
-SCHEMA_VERSION = 37
+#: Grafana dashboard JSON schema version (Grafana 11.0; later versions migrate it on load, and
+#: the panels used here exist since Grafana 9).
+SCHEMA_VERSION = 39
 DASHBOARD_TAGS = ["kafka", "kafka-transactions", "kafka-txn-exporter"]
 CLI = "kafka-txn-exporter"
 
@@ -39,8 +41,11 @@ EXPORTER_UID = "kte-exporter"
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
-#: Label matchers every query puts on its selectors (cluster is multi-valued, so regex).
-CLUSTER = 'cluster=~"$cluster"'
+#: The Kafka cluster label the dashboards are generated for; other names are produced by
+#: renaming it (dashboards.generate.for_cluster_label, the chart's config.cluster_label).
+CLUSTER_LABEL = DEFAULT_CLUSTER_LABEL
+#: Label matchers every query puts on its selectors (the cluster is multi-valued, so regex).
+CLUSTER = f'{CLUSTER_LABEL}=~"${CLUSTER_LABEL}"'
 TOPIC = 'topic=~"$topic"'
 PARTITION = 'partition=~"$partition"'
 
@@ -63,12 +68,12 @@ LSO_LAG_LINE: Steps = (("green", None), ("red", 100000.0))
 ANY_RATE: Steps = (("green", None), ("red", 0.01))
 
 #: Label sets the panels aggregate by, with the legend that names one series of them.
-PER_BROKER = "cluster, broker"
-PER_COORDINATOR = "cluster, coordinator"
-PER_PARTITION = "cluster, topic, partition"
-BROKER_LEGEND = "{{cluster}} broker {{broker}}"
-COORDINATOR_LEGEND = "{{cluster}} coordinator {{coordinator}}"
-PARTITION_LEGEND = "{{cluster}} {{topic}}-{{partition}}"
+PER_BROKER = "kafka_cluster, broker"
+PER_COORDINATOR = "kafka_cluster, coordinator"
+PER_PARTITION = "kafka_cluster, topic, partition"
+BROKER_LEGEND = "{{kafka_cluster}} broker {{broker}}"
+COORDINATOR_LEGEND = "{{kafka_cluster}} coordinator {{coordinator}}"
+PARTITION_LEGEND = "{{kafka_cluster}} {{topic}}-{{partition}}"
 PARTITION_LSO_LAG = "kafka_txn_partition_last_stable_offset_lag"
 
 
@@ -103,6 +108,8 @@ class PanelSpec:
     value_text: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     hidden_columns: tuple[str, ...] = ()
     column_order: tuple[str, ...] = ()
+    #: A table shows its query's value under this column name (hidden otherwise).
+    value_column: str = ""
     partition_link_columns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -148,8 +155,8 @@ def per_broker(metric: str, *, instant: bool = False) -> Query:
 
 # ------------------------------------------------------- panels on several dashboards
 
-_EXPORTER_UP = f"min by (cluster) (kafka_txn_exporter_up{{{CLUSTER}}})"
-_SNAPSHOT_AGE = max_by("cluster", "kafka_txn_exporter_snapshot_age_seconds")
+_EXPORTER_UP = f"min by (kafka_cluster) (kafka_txn_exporter_up{{{CLUSTER}}})"
+_SNAPSHOT_AGE = max_by("kafka_cluster", "kafka_txn_exporter_snapshot_age_seconds")
 
 
 def _cluster_stat(
@@ -170,7 +177,7 @@ def _cluster_stat(
         shows=shows,
         when_red=when_red,
         unit=unit,
-        queries=(Query(expr, legend="{{cluster}}", instant=True),),
+        queries=(Query(expr, legend="{{kafka_cluster}}", instant=True),),
         width=width,
         height=5,
         steps=steps,
@@ -267,7 +274,9 @@ def query_variable(name: str, label: str, query: str) -> Template:
 
 
 def cluster_variable() -> Template:
-    return query_variable("cluster", "Cluster", "label_values(kafka_txn_exporter_up, cluster)")
+    return query_variable(
+        CLUSTER_LABEL, "Kafka cluster", f"label_values(kafka_txn_exporter_up, {CLUSTER_LABEL})"
+    )
 
 
 def topic_variable() -> Template:
@@ -347,7 +356,7 @@ def _value_mappings(value_text: Mapping[str, tuple[str, str]]) -> list[dict[str,
 def _partition_links(columns: Sequence[str]) -> list[dict[str, Any]]:
     url = (
         f"/d/{PARTITION_UID}?${{__url_time_range}}&var-datasource=${{datasource}}"
-        "&var-cluster=${__data.fields.cluster}&var-topic=${__data.fields.topic}"
+        f"&var-{CLUSTER_LABEL}=${{__data.fields.{CLUSTER_LABEL}}}&var-topic=${{__data.fields.topic}}"
         "&var-partition=${__data.fields.partition}"
     )
     return [
@@ -365,12 +374,15 @@ def _partition_links(columns: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def _table_transformations(spec: PanelSpec) -> list[dict[str, Any]]:
-    hidden = {name: True for name in ("Time", "Value", "__name__", *spec.hidden_columns)}
-    order = {name: i for i, name in enumerate(spec.column_order)}
+    always_hidden = ("Time", "__name__") if spec.value_column else ("Time", "Value", "__name__")
+    hidden = {name: True for name in (*always_hidden, *spec.hidden_columns)}
+    columns = (*spec.column_order, "Value") if spec.value_column else spec.column_order
+    order = {name: i for i, name in enumerate(columns)}
+    rename = {"Value": spec.value_column} if spec.value_column else {}
     return [
         {
             "id": "organize",
-            "options": {"excludeByName": hidden, "indexByName": order, "renameByName": {}},
+            "options": {"excludeByName": hidden, "indexByName": order, "renameByName": rename},
         }
     ]
 
@@ -426,9 +438,7 @@ def layout(sections: Sequence[Section]) -> list[Any]:
     panels: list[Any] = []
     y = 0
     for section in sections:
-        panels.append(
-            RowPanel(title=section.title, gridPos=GridPos(h=ROW_HEIGHT, w=GRID_WIDTH, x=0, y=y))
-        )
+        panels.append(RowPanel(title=section.title, gridPos=GridPos(h=ROW_HEIGHT, w=GRID_WIDTH, x=0, y=y)))
         y += ROW_HEIGHT
         x = 0
         line_height = 0
@@ -454,6 +464,7 @@ def dashboard(
     """A dashboard with stable panel ids (1..n in layout order)."""
     board = Dashboard(
         title=title,
+        annotations=alert_annotations(),
         uid=uid,
         description=description,
         tags=list(DASHBOARD_TAGS),
@@ -483,3 +494,29 @@ def dashboard(
         ],
     )
     return board.auto_panel_ids()
+
+
+#: Alert names of alerts/rules.py (all start with one of these).
+ALERT_NAME_REGEX = "Kafka(Transaction|LastStableOffset|ConsumerGroup|Txn).*"
+
+
+def alert_annotations() -> Annotations:
+    """Firing alerts of this project, from Prometheus' ALERTS series, as annotations."""
+    return Annotations(
+        list=[
+            {
+                "datasource": DATASOURCE,
+                "enable": True,
+                "hide": False,
+                "iconColor": "red",
+                "name": "Kafka transaction alerts",
+                "expr": f'ALERTS{{alertstate="firing",alertname=~"{ALERT_NAME_REGEX}",{CLUSTER}}}',
+                "step": "60s",
+                "titleFormat": "{{alertname}}",
+                "textFormat": "{{severity}} {{" + CLUSTER_LABEL + "}} {{broker}}{{coordinator}}"
+                " {{topic}} {{partition}} {{group}}",
+                "tagKeys": "severity," + CLUSTER_LABEL,
+                "useValueForTime": False,
+            }
+        ]
+    )

@@ -7,7 +7,9 @@ from grafanalib.core import Dashboard
 from dashboards.common import (
     ANY_RATE,
     CLUSTER,
+    CLUSTER_LABEL,
     EXPORTER_UID,
+    RED_BELOW_1,
     PanelSpec,
     Query,
     Section,
@@ -19,6 +21,7 @@ from dashboards.common import (
     max_by,
     runbook,
 )
+from exporter.metrics import catalogue as m
 
 DOWN = runbook("KafkaTxnExporterDown")
 STALE = runbook("KafkaTxnExporterDataStale")
@@ -41,7 +44,7 @@ def _health() -> Section:
                 shows="When the last complete collection cycle finished, per cluster.",
                 when_red=f"Red when older than 5 minutes: follow {STALE}.",
                 expr="time() - "
-                + max_by("cluster", "kafka_txn_exporter_last_success_timestamp_seconds"),
+                + max_by("kafka_cluster", "kafka_txn_exporter_last_success_timestamp_seconds"),
                 width=6,
             ),
             data_age_stat(
@@ -68,6 +71,45 @@ def _health() -> Section:
                 width=6,
                 height=5,
             ),
+            PanelSpec(
+                kind="stat",
+                title="Transactional ids visible",
+                shows="Whether the exporter's principal may Describe every transactional id "
+                "(kafka_txn_exporter_transactional_ids_visible). Without it ListTransactions "
+                "silently leaves transactions out and they are classed unknown.",
+                when_red=f"BLIND SPOT: follow {runbook('KafkaTxnExporterBlindSpot')}: grant "
+                "Describe on TransactionalId '*' with kafka-acls.sh.",
+                unit="none",
+                queries=(
+                    Query(
+                        f"min by ({CLUSTER_LABEL}) ({m.EXPORTER_TRANSACTIONAL_IDS_VISIBLE}{{{CLUSTER}}})",
+                        legend="{{" + CLUSTER_LABEL + "}}",
+                        instant=True,
+                    ),
+                ),
+                width=12,
+                height=5,
+                steps=RED_BELOW_1,
+                value_text={"0": ("BLIND SPOT", "red"), "1": ("all visible", "green")},
+            ),
+            PanelSpec(
+                kind="timeseries",
+                title="Cycles skipped",
+                shows="Collection cycles skipped per second because the previous cycle was "
+                "still running (kafka_txn_exporter_cycles_skipped_total).",
+                when_red=f"A sustained rate: follow {runbook('KafkaTxnExporterCyclesSkipped')}.",
+                unit="ops",
+                queries=(
+                    Query(
+                        f"max by ({CLUSTER_LABEL}) (rate("
+                        f"{m.EXPORTER_CYCLES_SKIPPED}{{{CLUSTER}}}[$__rate_interval]))",
+                        legend="{{" + CLUSTER_LABEL + "}}",
+                    ),
+                ),
+                width=12,
+                height=5,
+                steps=ANY_RATE,
+            ),
         ),
     )
 
@@ -79,18 +121,17 @@ def _cycles() -> Section:
             PanelSpec(
                 kind="timeseries",
                 title="Cycle duration",
-                shows="Duration of collection cycles per cluster: p50, p95 and p99 from the "
-                "histogram.",
+                shows="Duration of collection cycles per cluster: p50, p95 and p99 from the histogram.",
                 when_red="p99 near the cluster's collection interval: cycles start to "
                 f"overlap and data goes stale. Follow {STALE}.",
                 unit="s",
                 queries=(
                     *(
                         Query(
-                            f"histogram_quantile({q}, sum by (cluster, le) (rate("
+                            f"histogram_quantile({q}, sum by (kafka_cluster, le) (rate("
                             f"kafka_txn_exporter_cycle_duration_seconds_bucket{{{CLUSTER}}}"
                             "[$__rate_interval])))",
-                            legend=f"{{{{cluster}}}} p{round(q * 100)}",
+                            legend=f"{{{{kafka_cluster}}}} p{round(q * 100)}",
                         )
                         for q in (0.5, 0.95, 0.99)
                     ),
@@ -107,8 +148,8 @@ def _cycles() -> Section:
                 unit="s",
                 queries=(
                     Query(
-                        max_by("cluster, stage", "kafka_txn_exporter_stage_duration_seconds"),
-                        legend="{{cluster}} {{stage}}",
+                        max_by("kafka_cluster, stage", "kafka_txn_exporter_stage_duration_seconds"),
+                        legend="{{kafka_cluster}} {{stage}}",
                     ),
                 ),
                 width=12,
@@ -122,9 +163,9 @@ def _cycles() -> Section:
                 unit="ops",
                 queries=(
                     Query(
-                        "sum by (cluster, result) (rate("
+                        "sum by (kafka_cluster, result) (rate("
                         f"kafka_txn_exporter_cycles_total{{{CLUSTER}}}[$__rate_interval]))",
-                        legend="{{cluster}} {{result}}",
+                        legend="{{kafka_cluster}} {{result}}",
                     ),
                 ),
                 width=12,
@@ -141,10 +182,10 @@ def _cycles() -> Section:
                 unit="ops",
                 queries=(
                     Query(
-                        "sum by (cluster, api, error) (rate("
+                        "sum by (kafka_cluster, api, error) (rate("
                         f"kafka_txn_exporter_request_errors_total{{{CLUSTER}}}"
                         "[$__rate_interval]))",
-                        legend="{{cluster}} {{api}} {{error}}",
+                        legend="{{kafka_cluster}} {{api}} {{error}}",
                     ),
                 ),
                 width=12,

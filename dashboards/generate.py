@@ -10,6 +10,7 @@ The same bytes go to ``dashboards/generated/`` and to the Helm chart's
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -19,7 +20,7 @@ from grafanalib._gen import DashboardEncoder
 from grafanalib.core import Dashboard
 
 from dashboards import exporter, output, overview, partition
-from dashboards.common import substitute_variables
+from dashboards.common import CLUSTER_LABEL, substitute_variables
 from dashboards.output import HELM_FILES, REPO
 
 OUTPUT_DIRS = (REPO / "dashboards" / "generated", HELM_FILES / "dashboards")
@@ -32,9 +33,32 @@ DASHBOARDS: Mapping[str, Callable[[], Dashboard]] = {
 }
 
 
+def _without_max_data_points(node: Any) -> Any:
+    """grafanalib puts ``maxDataPoints: 100`` on every panel (a 6 h view would get a ~216 s
+    step); leaving it out lets Grafana size the step to the panel's width."""
+    if isinstance(node, dict):
+        return {k: _without_max_data_points(v) for k, v in node.items() if k != "maxDataPoints"}
+    if isinstance(node, list):
+        return [_without_max_data_points(v) for v in node]
+    return node
+
+
 def render(board: Dashboard) -> str:
     """The dashboard as JSON text, keys sorted, ending in a newline."""
-    return json.dumps(board.to_json_data(), sort_keys=True, indent=2, cls=DashboardEncoder) + "\n"
+    model = json.loads(json.dumps(board.to_json_data(), cls=DashboardEncoder))
+    return json.dumps(_without_max_data_points(model), sort_keys=True, indent=2) + "\n"
+
+
+_CLUSTER_LABEL_WORD = re.compile(rf"\b{CLUSTER_LABEL}\b")
+
+
+def for_cluster_label(text: str, label: str) -> str:
+    """A rendered dashboard for another Kafka cluster label name (config ``cluster_label``):
+    every use of the default name (label, variable, legend, link) renamed. The chart's
+    dashboards template does the same with ``config.cluster_label``."""
+    if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", label):
+        raise ValueError(f"{label!r} is not a Prometheus label name")
+    return _CLUSTER_LABEL_WORD.sub(label, text)
 
 
 def rendered() -> dict[str, str]:
@@ -80,10 +104,7 @@ def prometheus_expressions(
     values: Mapping[str, str] | None = None, *, rate_interval: str = "1m"
 ) -> list[str]:
     """:func:`all_expressions` with every variable replaced (by default with ``.*``)."""
-    return [
-        substitute_variables(expr, values, rate_interval=rate_interval)
-        for expr in all_expressions()
-    ]
+    return [substitute_variables(expr, values, rate_interval=rate_interval) for expr in all_expressions()]
 
 
 def variable_queries() -> dict[str, dict[str, str]]:
@@ -120,8 +141,11 @@ def write(expected: Mapping[str, str], directories: Sequence[Path]) -> list[Path
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = output.generator_parser("python -m dashboards.generate", __doc__)
-    parser.add_argument("--list-expressions", action="store_true",
-                        help="print every PromQL expression the dashboards use and exit")
+    parser.add_argument(
+        "--list-expressions",
+        action="store_true",
+        help="print every PromQL expression the dashboards use and exit",
+    )
     args = parser.parse_args(argv)
 
     if args.list_expressions:

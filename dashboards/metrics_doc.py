@@ -24,9 +24,7 @@ def documented_metrics(path: Path = METRICS_DOC) -> dict[str, frozenset[str]]:
         match = _ENTRY.match(line.strip())
         if not match:
             continue
-        labels = frozenset(
-            label.strip() for label in match["labels"].split(",") if label.strip()
-        )
+        labels = frozenset(label.strip() for label in match["labels"].split(",") if label.strip())
         name = match["name"]
         if match["type"] == "histogram":
             metrics[f"{name}_bucket"] = labels | {"le"}

@@ -25,8 +25,9 @@ def generator_parser(prog: str, description: str | None) -> argparse.ArgumentPar
         description=description,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--check", action="store_true",
-                        help="do not write; exit 1 if a generated file is missing or differs")
+    parser.add_argument(
+        "--check", action="store_true", help="do not write; exit 1 if a generated file is missing or differs"
+    )
     return parser
 
 

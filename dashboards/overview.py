@@ -8,8 +8,10 @@ from dashboards.common import (
     ANY_RATE,
     CLI,
     CLUSTER,
+    CLUSTER_LABEL,
     COORDINATOR_LEGEND,
     GREEN_THEN_RED_AT_1,
+    GRID_WIDTH,
     LSO_LAG_LINE,
     LSO_LAG_STAT,
     OVERVIEW_UID,
@@ -34,11 +36,12 @@ from dashboards.common import (
     runbook,
     topic_variable,
 )
+from exporter.metrics import catalogue as m
 
 SELECTOR = f"{CLUSTER},{TOPIC}"
 
 FINDING_COLUMNS = (
-    "cluster",
+    "kafka_cluster",
     "broker",
     "topic",
     "partition",
@@ -67,9 +70,7 @@ def _summary() -> Section:
                 when_red=f"Follow {runbook('KafkaTransactionHanging')}; list them with "
                 f"`{CLI} find-hanging` and abort with `{CLI} abort`.",
                 unit="none",
-                queries=(
-                    _total(max_by(PER_BROKER, "kafka_txn_hanging_transactions")),
-                ),
+                queries=(_total(max_by(PER_BROKER, "kafka_txn_hanging_transactions")),),
                 width=4,
                 height=5,
                 steps=GREEN_THEN_RED_AT_1,
@@ -83,9 +84,7 @@ def _summary() -> Section:
                 when_red=f"Follow {runbook('KafkaTransactionsLate')}; check each partition "
                 f"with `{CLI} describe-producers --topic T --partition P`.",
                 unit="none",
-                queries=(
-                    _total(max_by(PER_BROKER, "kafka_txn_partitions_with_late_transactions")),
-                ),
+                queries=(_total(max_by(PER_BROKER, "kafka_txn_partitions_with_late_transactions")),),
                 width=4,
                 height=5,
                 steps=GREEN_THEN_RED_AT_1,
@@ -98,9 +97,7 @@ def _summary() -> Section:
                 when_red="Red above 100000 offsets. Find the partition in the partition "
                 f"drill-down and follow {runbook('KafkaLastStableOffsetLagGrowing')}.",
                 unit="short",
-                queries=(
-                    Query(f"max(kafka_txn_max_last_stable_offset_lag{{{CLUSTER}}})", instant=True),
-                ),
+                queries=(Query(f"max(kafka_txn_max_last_stable_offset_lag{{{CLUSTER}}})", instant=True),),
                 width=4,
                 height=5,
                 steps=LSO_LAG_STAT,
@@ -115,10 +112,7 @@ def _summary() -> Section:
                 "re-enable the setting with kafka-configs.sh.",
                 unit="none",
                 queries=(
-                    _total(
-                        "1 - "
-                        + max_by(PER_BROKER, "kafka_txn_broker_transaction_verification_enabled")
-                    ),
+                    _total("1 - " + max_by(PER_BROKER, "kafka_txn_broker_transaction_verification_enabled")),
                 ),
                 width=4,
                 height=5,
@@ -187,9 +181,7 @@ def _brokers() -> Section:
                 when_red="A broker shows DISABLED: follow "
                 f"{runbook('KafkaTransactionVerificationDisabled')}.",
                 unit="none",
-                queries=(
-                    per_broker("kafka_txn_broker_transaction_verification_enabled", instant=True),
-                ),
+                queries=(per_broker("kafka_txn_broker_transaction_verification_enabled", instant=True),),
                 width=12,
                 height=5,
                 steps=RED_BELOW_1,
@@ -203,8 +195,38 @@ def _brokers() -> Section:
                 when_red="Never red; brokers that disagree make late-ness differ between "
                 "partitions: align the setting with kafka-configs.sh.",
                 unit="s",
+                queries=(per_broker("kafka_txn_broker_transaction_max_timeout_seconds", instant=True),),
+                width=12,
+                height=5,
+            ),
+            PanelSpec(
+                kind="stat",
+                title="Two-phase commit per broker",
+                shows="transaction.two.phase.commit.enable on each broker (KIP-939): whether "
+                "producers may open two-phase-commit transactions, which Kafka never times out.",
+                when_red="Never red. Enabled brokers: opt in to "
+                f"{runbook('KafkaTransactionTwoPhaseCommitOpenTimeHigh')} (rules.disabled).",
+                unit="none",
+                queries=(per_broker(m.BROKER_TWO_PHASE_COMMIT_ENABLED, instant=True),),
+                width=12,
+                height=5,
+                value_text={"0": ("off", "green"), "1": ("2PC enabled", "blue")},
+            ),
+            PanelSpec(
+                kind="stat",
+                title="transaction.version",
+                shows="The cluster's finalized transaction.version feature level (KIP-890 "
+                "transactions v2 from level 2; DescribeFeatures).",
+                when_red="Never red; below 2 the brokers run without the KIP-890 server-side "
+                "defence against hanging transactions: see "
+                f"{runbook('KafkaTransactionVerificationDisabled')}.",
+                unit="none",
                 queries=(
-                    per_broker("kafka_txn_broker_transaction_max_timeout_seconds", instant=True),
+                    Query(
+                        max_by(CLUSTER_LABEL, m.CLUSTER_TRANSACTION_VERSION),
+                        legend="{{" + CLUSTER_LABEL + "}}",
+                        instant=True,
+                    ),
                 ),
                 width=12,
                 height=5,
@@ -229,9 +251,7 @@ def _coordinators() -> Section:
                 unit="s",
                 queries=(
                     Query(
-                        max_by(
-                            PER_COORDINATOR, "kafka_txn_active_transaction_open_time_max_seconds"
-                        ),
+                        max_by(PER_COORDINATOR, "kafka_txn_active_transaction_open_time_max_seconds"),
                         legend=COORDINATOR_LEGEND,
                     ),
                 ),
@@ -244,7 +264,7 @@ def _coordinators() -> Section:
                 "coordinator. Kafka never times these out; the external transaction manager "
                 "must commit or abort them.",
                 when_red="Above 1 hour: follow "
-                f"{runbook('KafkaTwoPhaseCommitTransactionOpenTooLong')}; "
+                f"{runbook('KafkaTransactionTwoPhaseCommitOpenTimeHigh')}; "
                 f"`{CLI} force-terminate --transactional-id ID` is the last resort.",
                 unit="s",
                 queries=(
@@ -269,7 +289,7 @@ def _coordinators() -> Section:
                 unit="ops",
                 queries=(
                     Query(
-                        "max by (cluster, coordinator) (rate("
+                        "max by (kafka_cluster, coordinator) (rate("
                         f"kafka_txn_coordinator_timeout_aborts_total{{{CLUSTER}}}"
                         "[$__rate_interval]))",
                         legend=COORDINATOR_LEGEND,
@@ -288,9 +308,9 @@ def _coordinators() -> Section:
                 unit="none",
                 queries=(
                     Query(
-                        "sum by (cluster, state) (max by (cluster, coordinator, state) "
+                        "sum by (kafka_cluster, state) (max by (kafka_cluster, coordinator, state) "
                         f"(kafka_txn_coordinator_transactions{{{CLUSTER}}}))",
-                        legend="{{cluster}} {{state}}",
+                        legend="{{kafka_cluster}} {{state}}",
                     ),
                 ),
                 width=12,
@@ -306,12 +326,152 @@ def _coordinators() -> Section:
                 unit="none",
                 queries=(
                     Query(
-                        f"max by (cluster, class) (kafka_txn_open_transactions{{{CLUSTER}}})",
-                        legend="{{cluster}} {{class}}",
+                        f"max by (kafka_cluster, class) (kafka_txn_open_transactions{{{CLUSTER}}})",
+                        legend="{{kafka_cluster}} {{class}}",
                     ),
                 ),
                 width=12,
                 stacked=True,
+            ),
+            PanelSpec(
+                kind="timeseries",
+                title="Markers pending per coordinator",
+                shows="Longest time a transaction of each coordinator has spent in "
+                "PrepareCommit or PrepareAbort: the outcome is decided, the markers are not "
+                "all written yet. Normally milliseconds.",
+                when_red=f"Above 2 minutes: follow {runbook('KafkaTransactionMarkersPending')}.",
+                unit="s",
+                queries=(
+                    Query(max_by(PER_COORDINATOR, m.COORDINATOR_PREPARE_TIME_MAX), legend=COORDINATOR_LEGEND),
+                ),
+                steps=(("green", None), ("red", 120.0)),
+            ),
+            PanelSpec(
+                kind="timeseries",
+                title="Unknown open transactions by reason",
+                shows="Open transactions the exporter could not classify, by reason: "
+                "coordinator_unreadable, listing_incomplete, owner_may_be_invisible (the "
+                "principal may not Describe every transactional id), unverified.",
+                when_red="owner_may_be_invisible or listing_incomplete above 0: follow "
+                f"{runbook('KafkaTxnExporterBlindSpot')} (ACL Describe on TransactionalId *).",
+                unit="none",
+                queries=(
+                    Query(
+                        max_by(f"{CLUSTER_LABEL}, reason", m.OPEN_TRANSACTIONS_UNKNOWN),
+                        legend="{{" + CLUSTER_LABEL + "}} {{reason}}",
+                    ),
+                ),
+                stacked=True,
+            ),
+            PanelSpec(
+                kind="timeseries",
+                title="Open transactions by application",
+                shows="Open partition-level transactions per application (derived from the "
+                "transactional id) and class: which application holds the LSO back.",
+                when_red="An application with hanging or late transactions: follow "
+                f"{runbook('KafkaTransactionHanging')} and tell its owners.",
+                unit="none",
+                queries=(
+                    Query(
+                        max_by(f"{CLUSTER_LABEL}, application, class", m.OPEN_TRANSACTIONS_BY_APPLICATION),
+                        legend="{{" + CLUSTER_LABEL + "}} {{application}} {{class}}",
+                    ),
+                ),
+                stacked=True,
+            ),
+        ),
+    )
+
+
+BLOCKED_KEY = f"{CLUSTER_LABEL}, group, topic, partition"
+BLOCKED_DETAILS = "transactional_id, application, producer_id, start_offset, class"
+
+
+def _consumers() -> Section:
+    group_selector = f"{CLUSTER},{TOPIC}"
+    return Section(
+        "Consumers (read_committed, filtered by topic)",
+        (
+            PanelSpec(
+                kind="table",
+                title="Blocked consumers",
+                shows="Consumer groups whose read_committed consumers have read up to the "
+                "last stable offset and wait behind an open transaction: group, partition, "
+                "how long, and the transaction that blocks them.",
+                when_red="Any row blocked for minutes: follow "
+                f"{runbook('KafkaConsumerGroupBlockedByTransaction')}; `{CLI} find-hanging "
+                "--topic T --partition P`, then `abort` (or `force-terminate` for 2PC).",
+                unit="s",
+                queries=(
+                    Query(
+                        f"max by ({BLOCKED_KEY}) "
+                        f"({m.CONSUMER_GROUP_BLOCKED_SECONDS}{{{group_selector}}})\n"
+                        f"* on ({BLOCKED_KEY}) group_left ({BLOCKED_DETAILS})\n"
+                        f"max by ({BLOCKED_KEY}, {BLOCKED_DETAILS}) "
+                        f"({m.CONSUMER_GROUP_BLOCKED_INFO}{{{group_selector}}})",
+                        table=True,
+                    ),
+                ),
+                width=GRID_WIDTH,
+                column_order=(
+                    CLUSTER_LABEL,
+                    "group",
+                    "topic",
+                    "partition",
+                    "transactional_id",
+                    "application",
+                    "producer_id",
+                    "start_offset",
+                    "class",
+                ),
+                value_column="Blocked for",
+                partition_link_columns=("partition",),
+            ),
+            PanelSpec(
+                kind="timeseries",
+                title="Consumer lag: consumable vs blocked",
+                shows="Per group, records a read_committed consumer can read now "
+                "(consumable: up to the LSO) and records stuck behind the LSO (blocked: "
+                "between the LSO and the high watermark).",
+                when_red="Blocked lag that only grows: follow "
+                f"{runbook('KafkaConsumerGroupBlockedByTransaction')}.",
+                unit="short",
+                queries=(
+                    Query(
+                        f"sum by ({CLUSTER_LABEL}, group) (max by ({CLUSTER_LABEL}, group, "
+                        f"topic) ({m.CONSUMER_GROUP_LAG_CONSUMABLE}{{{group_selector}}}))",
+                        legend="{{" + CLUSTER_LABEL + "}} {{group}} consumable",
+                    ),
+                    Query(
+                        f"sum by ({CLUSTER_LABEL}, group) (max by ({CLUSTER_LABEL}, group, "
+                        f"topic) ({m.CONSUMER_GROUP_LAG_BLOCKED}{{{group_selector}}}))",
+                        legend="{{" + CLUSTER_LABEL + "}} {{group}} blocked",
+                    ),
+                ),
+                width=12,
+                stacked=True,
+            ),
+            PanelSpec(
+                kind="timeseries",
+                title="Blocked partitions and unstable offset commits per group",
+                shows="Per group: partitions blocked behind an open transaction, and "
+                "partitions whose committed offsets are pending inside a transaction "
+                "(UNSTABLE_OFFSET_COMMIT).",
+                when_red="Unstable commits for minutes: follow "
+                f"{runbook('KafkaConsumerGroupUnstableOffsetCommit')}.",
+                unit="none",
+                queries=(
+                    Query(
+                        max_by(f"{CLUSTER_LABEL}, group", m.CONSUMER_GROUP_BLOCKED_PARTITIONS),
+                        legend="{{" + CLUSTER_LABEL + "}} {{group}} blocked partitions",
+                    ),
+                    Query(
+                        max_by(f"{CLUSTER_LABEL}, group", m.CONSUMER_GROUP_UNSTABLE_OFFSET_COMMITS),
+                        legend="{{" + CLUSTER_LABEL + "}} {{group}} unstable offset commits",
+                    ),
+                ),
+                width=12,
+                steps=GREEN_THEN_RED_AT_1,
             ),
         ),
     )
@@ -348,8 +508,7 @@ def _findings() -> Section:
             PanelSpec(
                 kind="timeseries",
                 title="Top 10 partitions by LSO lag",
-                shows="The ten partitions of the selected topics with the largest "
-                "LastStableOffsetLag.",
+                shows="The ten partitions of the selected topics with the largest LastStableOffsetLag.",
                 when_red="Above 100000 offsets and rising: open the partition drill-down and "
                 f"follow {runbook('KafkaLastStableOffsetLagGrowing')}.",
                 unit="short",
@@ -373,5 +532,5 @@ def build() -> Dashboard:
         description="Hanging and late Kafka transactions, LSO lag and coordinator health, "
         "from kafka-txn-exporter.",
         variables=(datasource_variable(), cluster_variable(), topic_variable()),
-        sections=(_summary(), _brokers(), _coordinators(), _findings()),
+        sections=(_summary(), _brokers(), _coordinators(), _consumers(), _findings()),
     )

@@ -31,7 +31,7 @@ from dashboards.common import (
 
 SELECTOR = f"{CLUSTER},{TOPIC},{PARTITION}"
 FINDING_COLUMNS = (
-    "cluster",
+    "kafka_cluster",
     "topic",
     "partition",
     "broker",
@@ -136,8 +136,8 @@ def _history() -> Section:
                 queries=(
                     _selected(MAX_ACTIVE_DURATION),
                     Query(
-                        max_by("cluster", "kafka_txn_broker_transaction_max_timeout_seconds"),
-                        legend="{{cluster}} transaction.max.timeout.ms",
+                        max_by("kafka_cluster", "kafka_txn_broker_transaction_max_timeout_seconds"),
+                        legend="{{kafka_cluster}} transaction.max.timeout.ms",
                     ),
                 ),
                 width=12,

@@ -120,6 +120,9 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="YAML configuration file (see docs/config.example.yml)")
     p.add_argument("--web.listen-address", dest="listen_address", metavar="HOST:PORT",
                    help="override web.listen_address")
+    p.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
+                   help="TLS and basic auth for the endpoints (Prometheus exporter-toolkit "
+                        "web config format); overrides web.config_file")
     p.add_argument("--log.level", dest="log_level", choices=LOG_LEVELS,
                    help="override log.level")
     p.set_defaults(handler=_cmd_run)
@@ -157,11 +160,18 @@ def load_run_config(
 
 
 def _load(args: argparse.Namespace) -> Config:
-    return load_run_config(
+    config = load_run_config(
         args.config_file,
         listen_address=getattr(args, "listen_address", None),
         log_level=getattr(args, "log_level", None),
     )
+    if getattr(args, "web_config_file", None):
+        config = replace(config, web=replace(config.web, config_file=args.web_config_file))
+    if config.web.config_file:
+        from exporter.daemon.web import load_web_config
+
+        load_web_config(config.web.config_file)  # every problem named, exit 2
+    return config
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:

@@ -138,6 +138,12 @@ def _bootstrap_problem(servers: str) -> str | None:
 class WebConfig:
     listen_address: str = DEFAULT_LISTEN_ADDRESS
     telemetry_path: str = "/metrics"
+    #: Prometheus exporter-toolkit web config file: TLS and basic auth (exporter.daemon.web).
+    config_file: str | None = None
+    #: A connection must deliver its TLS handshake and request head within this time.
+    read_timeout_ms: int = 5000
+    #: Threads that answer requests (a scrape renders on one of them).
+    workers: int = 4
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -407,6 +413,9 @@ WEB = Section(
     (
         Key("listen_address", "listen_address", Text(check=_listen_address_problem)),
         Key("telemetry_path", "telemetry_path", Text(pattern=r"/\S*", shape="a path starting with /")),
+        Key("config_file", "config_file", Text(empty_is_none=True)),
+        Key("read_timeout", "read_timeout_ms", Duration(minimum_ms=100, maximum_ms=600_000)),
+        Key("workers", "workers", Integer(1, 64)),
     ),
 )
 LOG = Section(

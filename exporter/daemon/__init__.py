@@ -16,15 +16,20 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from http.server import ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CollectorRegistry, disable_created_metrics
+from prometheus_client import (
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    disable_created_metrics,
+)
 
 from exporter.config import Config
 from exporter.daemon.cycle import ClusterJob, CycleListener
-from exporter.daemon.http import Handler
+from exporter.daemon.http import MetricsServer
 from exporter.daemon.pipeline import PipelineRunner
+from exporter.daemon.web import WebSettings, load_web_config
 from exporter.metrics.collector import ExporterMetrics, TransactionHealthCollector
 from exporter.metrics.state import StateStore
 
@@ -42,7 +47,12 @@ class Daemon:
         self.config = config
         # Counters' *_created series double the series count and no dashboard reads them.
         disable_created_metrics()  # type: ignore[no-untyped-call]
-        self.registry = registry or CollectorRegistry()
+        if registry is None:
+            registry = CollectorRegistry()
+            # process_* (CPU, memory, file descriptors) and python_info, as every exporter.
+            registry.register(PROCESS_COLLECTOR)
+            registry.register(PLATFORM_COLLECTOR)
+        self.registry = registry
         names = [c.name for c in config.clusters]
         self.store = StateStore(names)
         self.metrics = ExporterMetrics(self.registry, names, config.cluster_label)
@@ -52,13 +62,21 @@ class Daemon:
         self.jobs = [ClusterJob.build(c, self.pipeline, self.store, self.metrics, listeners)
                      for c in config.clusters]
         self._scheduler: Any = None
-        self._server: ThreadingHTTPServer | None = None
-        self._server_thread: threading.Thread | None = None
+        self._server: MetricsServer | None = None
+        #: TLS and basic auth of the endpoints (web.config_file, checked at start-up).
+        self.web_settings = (load_web_config(config.web.config_file)
+                             if config.web.config_file else WebSettings())
 
     @property
     def port(self) -> int:
         assert self._server is not None, "start() first"
-        return int(self._server.server_address[1])
+        return self._server.port
+
+    def readiness(self) -> tuple[bool, str]:
+        """What /readyz answers: ready once any cluster completed a collection cycle."""
+        if self.store.ready:
+            return True, "ready"
+        return False, "not ready: no complete collection cycle yet"
 
     def health(self) -> tuple[bool, str]:
         """What /healthz answers: (healthy, why). Unhealthy means a restart would help."""
@@ -100,12 +118,13 @@ class Daemon:
 
     def _start_http(self) -> None:
         host, port = self.config.web.host_port
-        handler = type("Handler", (Handler,), {"daemon_ref": self})
-        self._server = ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
-        self._server_thread = threading.Thread(target=self._server.serve_forever,
-                                               name="http", daemon=True)
-        self._server_thread.start()
+        web = self.config.web
+        self._server = MetricsServer(self.registry, host=host, port=port,
+                                     telemetry_path=web.telemetry_path, health=self.health,
+                                     ready=self.readiness, settings=self.web_settings,
+                                     read_timeout_s=web.read_timeout_ms / 1000,
+                                     workers=web.workers)
+        self._server.start()
 
     def stop(self) -> None:
         """Stop within seconds: no new cycle starts, a cycle in flight has its Kafka clients
@@ -114,8 +133,7 @@ class Daemon:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
             self._server = None
         for job in self.jobs:
             job.close()

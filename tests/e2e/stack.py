@@ -355,15 +355,21 @@ def alertmanager_config(*, pagerduty_url: str, routing_key_file: Path, tickets_u
 
 
 def prometheus_config(*, exporter_target: str, alertmanager_target: str,
-                      rule_file: Path) -> str:
+                      rule_file: Path, scrape_configs: Sequence[Mapping[str, Any]] = (),
+                      external_labels: Mapping[str, str] | None = None) -> str:
+    """A Prometheus config: the exporter scraped as ``SCRAPE_JOB`` unless ``scrape_configs``
+    are given (e.g. shaped like a ServiceMonitor's), alerts to ``alertmanager_target``."""
+    global_config: dict[str, Any] = {"scrape_interval": "1s", "scrape_timeout": "1s",
+                                     "evaluation_interval": "1s"}
+    if external_labels:
+        global_config["external_labels"] = dict(external_labels)
     config = {
-        "global": {"scrape_interval": "1s", "scrape_timeout": "1s",
-                   "evaluation_interval": "1s"},
+        "global": global_config,
         "rule_files": [str(rule_file)],
         "alerting": {"alertmanagers": [{"api_version": "v2",
                                         "static_configs": [{"targets": [alertmanager_target]}]}]},
-        "scrape_configs": [{"job_name": SCRAPE_JOB,
-                            "static_configs": [{"targets": [exporter_target]}]}],
+        "scrape_configs": [dict(c) for c in scrape_configs] or [
+            {"job_name": SCRAPE_JOB, "static_configs": [{"targets": [exporter_target]}]}],
     }
     return str(yaml.safe_dump(config, sort_keys=False, default_flow_style=False))
 

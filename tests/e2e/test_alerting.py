@@ -1,9 +1,19 @@
-"""The alerting path end to end: a hanging transaction on a real broker pages PagerDuty, the
-operator CLI aborts it, the page resolves; every dashboard query returns data meanwhile.
+"""The alerting path end to end, deployed the way the Prometheus Operator would deploy the
+chart: a hanging transaction on a real broker pages PagerDuty, the operator CLI aborts it,
+the page resolves; every dashboard query returns data meanwhile.
 
     Kafka (test bed) -> daemon (in-process, shared Spark session) -> /metrics
-      -> Prometheus (generated rules, short ``for:``) -> Alertmanager (the example routing,
-      short group timers) -> PagerDuty Events API v2 stand-in (records every event)
+      -> Prometheus: the chart's PrometheusRule (rendered by helm, short ``for:`` through
+         rules.thresholds), the exporter scraped with the target labels a ServiceMonitor adds
+         (namespace, service, pod, container, endpoint, job) plus ``cluster``, the label
+         kube-prometheus setups reserve for the Kubernetes cluster, also an external label
+      -> Alertmanager: the configuration the Operator generates from the chart's
+         AlertmanagerConfig (its route gets the namespace="<namespace>" matcher, receiver
+         <namespace>/<name>/pagerduty, the routing key from its Secret, short group timers)
+      -> PagerDuty Events API v2 stand-in (records every event)
+
+The alerts must keep ``namespace`` through aggregation, or the Operator's route never
+matches and nothing pages.
 
 The states on the test topic, one per partition:
 
@@ -22,17 +32,21 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pyspark.sql import SparkSession
 
+from alerts.rules import Thresholds
 from dashboards.generate import prometheus_expressions
+from dashboards.metrics_doc import referenced_metrics
 from exporter import cli
 from exporter.config import parse_config
 from exporter.daemon import Daemon, PipelineRunner
+from exporter.metrics.catalogue import IN_FLIGHT
 from testbed.broker import KafkaCluster, free_port
 from testbed.scenarios import (
     DEFAULT_LATE_BACKDATE_MS,
@@ -40,16 +54,14 @@ from testbed.scenarios import (
     OpenTransaction,
     produce_plain,
 )
+from tests.e2e import operator
 from tests.e2e.stack import (
     LOOPBACK,
     PagerDutyStandIn,
     Server,
-    alertmanager_config,
     describe_json,
     prometheus_config,
     query,
-    render_rules,
-    short_thresholds,
     start_alertmanager,
     start_prometheus,
     wait_until,
@@ -68,8 +80,9 @@ PLAIN_RECORDS = 50
 #: The ``for:`` of every alert in the test's rule file.
 ALERT_FOR = "2s"
 #: Upper bound of the wait for the page. It includes the daemon's first, cold Spark pipeline
-#: run: 40-45 s on a busy 2-CPU runner (later cycles ~13 s).
-PAGE_WAIT_S = 120.0
+#: run: 40-45 s on a busy 2-CPU runner (later cycles ~13 s), and more than 120 s on a runner
+#: shared by several Spark jobs (load average above 20 on 2 CPUs).
+PAGE_WAIT_S = 300.0
 #: Upper bound of the wait for the resolution after the abort (seen: ~25 s).
 ALERT_WAIT_S = 90.0
 #: Upper bound of the wait for every dashboard query to return data.
@@ -78,14 +91,53 @@ DASHBOARD_WAIT_S = 60.0
 CYCLE_DRAIN_S = 90.0
 ROUTING_KEY = "e2e0routing0key0000000000000000a"
 HANGING_ALERT = "KafkaTransactionHanging"
+#: Where the chart is "installed", and what the ServiceMonitor's targets are called.
+RELEASE = "kte"
+NAMESPACE = "kafka-monitoring"
+SERVICE = f"{RELEASE}-kafka-txn-exporter"
+POD = f"{SERVICE}-6d9c8b7f5-x2x4z"
+ROUTING_SECRET = ("kte-pagerduty", "routing-key")
+#: The Kubernetes cluster label of kube-prometheus setups: a target and an external label.
+K8S_CLUSTER = {"cluster": "k8s-e2e"}
 
 #: Dashboard queries that may legitimately return nothing in this test, with the reason.
 #: Every other dashboard query must return data from the real Prometheus.
 ALLOWED_EMPTY: dict[str, str] = {
-    'sum by (cluster, api, error) (rate(kafka_txn_exporter_request_errors_total{cluster=~".*"}'
-    "[1m]))": "the request-error counter has series only once a Kafka request failed; "
-              "against a healthy broker none fails (tests/integration/test_daemon.py covers them)",
+    "sum by (kafka_cluster, api, error) (rate(kafka_txn_exporter_request_errors_total"
+    '{kafka_cluster=~".*"}[1m]))': "the request-error counter has series only once a Kafka "
+    "request failed; against a healthy broker none fails (tests/integration/test_daemon.py "
+    "covers them)",
 }
+
+
+def in_flight(expr: str) -> bool:
+    """Queries of families the daemon cannot emit yet on this branch (catalogue.IN_FLIGHT):
+    skipped, and listed in the test log; the list shrinks as the collector gains them."""
+    return bool(referenced_metrics(expr) & IN_FLIGHT)
+
+
+def chart_values(stand_in: PagerDutyStandIn) -> dict[str, Any]:
+    """The chart's values for this test: short ``for:``s, short group timers, the stand-in."""
+    short = {f.name: ALERT_FOR for f in fields(Thresholds) if f.name.endswith("_for")}
+    return {
+        "serviceMonitor": {"enabled": True},
+        "prometheusRule": {"enabled": True},
+        "rules": {"thresholds": short},
+        "alertmanagerConfig": {
+            "enabled": True,
+            "pagerduty": {"routingKeySecret": {"name": ROUTING_SECRET[0],
+                                               "key": ROUTING_SECRET[1]},
+                          "url": stand_in.pagerduty_url},
+            "groupWait": "1s",
+            "groupInterval": "2s",
+            "repeatInterval": "1h",
+        },
+    }  # fmt: skip
+
+
+@pytest.fixture
+def chart(stand_in: PagerDutyStandIn) -> list[operator.Manifest]:
+    return operator.render_chart(RELEASE, NAMESPACE, chart_values(stand_in))
 
 
 # -- fixtures -------------------------------------------------------------------------------
@@ -98,14 +150,12 @@ def stand_in() -> Iterator[PagerDutyStandIn]:
 
 
 @pytest.fixture
-def alertmanager(tmp_path: Path, stand_in: PagerDutyStandIn) -> Iterator[Server]:
+def alertmanager(tmp_path: Path, chart: list[operator.Manifest]) -> Iterator[Server]:
     directory = tmp_path / "alertmanager"
     directory.mkdir()
-    key_file = directory / "pagerduty-routing-key"
-    key_file.write_text(ROUTING_KEY)
-    config = alertmanager_config(pagerduty_url=stand_in.pagerduty_url, routing_key_file=key_file,
-                                 tickets_url=stand_in.tickets_url)
-    server = start_alertmanager(directory, config, free_port())
+    config = operator.alertmanager_config(operator.one(chart, "AlertmanagerConfig"),
+                                          {ROUTING_SECRET: ROUTING_KEY})  # fmt: skip
+    server = start_alertmanager(directory, yaml.safe_dump(config, sort_keys=False), free_port())
     try:
         yield server
     finally:
@@ -193,15 +243,23 @@ def exporter(kafka: KafkaCluster, topic: str, spark: SparkSession, states: Trans
 
 
 @pytest.fixture
-def prometheus(tmp_path: Path, exporter: Daemon, alertmanager: Server) -> Iterator[Server]:
+def prometheus(tmp_path: Path, exporter: Daemon, alertmanager: Server,
+               chart: list[operator.Manifest]) -> Iterator[Server]:  # fmt: skip
     directory = tmp_path / "prometheus"
     directory.mkdir()
     rules = directory / "kafka-txn-exporter.rules.yml"
-    config = prometheus_config(exporter_target=f"{LOOPBACK}:{exporter.port}",
+    target = f"{LOOPBACK}:{exporter.port}"
+    scrape = operator.service_monitor_scrape(operator.one(chart, "ServiceMonitor"),
+                                             target=target, namespace=NAMESPACE,
+                                             service=SERVICE, pod=POD,
+                                             extra_labels=K8S_CLUSTER)  # fmt: skip
+    config = prometheus_config(exporter_target=target,
                                alertmanager_target=f"{LOOPBACK}:{alertmanager.port}",
-                               rule_file=rules)
-    server = start_prometheus(directory, config, render_rules(short_thresholds(ALERT_FOR)),
-                              free_port())
+                               rule_file=rules, scrape_configs=[scrape],
+                               external_labels=K8S_CLUSTER)  # fmt: skip
+    server = start_prometheus(directory, config,
+                              operator.rule_file(operator.one(chart, "PrometheusRule")),
+                              free_port())  # fmt: skip
     try:
         yield server
     finally:
@@ -255,9 +313,13 @@ class DashboardQueries:
         self.expressions = prometheus_expressions()
         self.series: dict[str, int] = {}
 
+    @property
+    def skipped(self) -> list[str]:
+        return [e for e in self.expressions if in_flight(e)]
+
     def missing(self) -> list[str]:
         return [e for e in self.expressions if self.series.get(e, 0) == 0
-                and e not in ALLOWED_EMPTY]
+                and e not in ALLOWED_EMPTY and not in_flight(e)]
 
     def all_have_data(self) -> bool | None:
         self.series = {expr: len(query(self._prometheus, expr)) for expr in self.expressions}
@@ -266,7 +328,8 @@ class DashboardQueries:
     def describe(self) -> str:
         lines = ["--- dashboard queries (series returned):"]
         for expr in self.expressions:
-            note = " (allowed empty)" if expr in ALLOWED_EMPTY else ""
+            note = (" (allowed empty)" if expr in ALLOWED_EMPTY
+                    else " (skipped: family not emitted yet)" if in_flight(expr) else "")
             lines.append(f"{self.series.get(expr, '?')!s:>4}  {expr}{note}")
         return "\n".join(lines)
 
@@ -274,7 +337,7 @@ class DashboardQueries:
 # -- the test -------------------------------------------------------------------------------
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(720)
 def test_hanging_transaction_pages_and_resolves_after_cli_abort(
     kafka: KafkaCluster,
     states: TransactionStates,
@@ -314,7 +377,8 @@ def test_hanging_transaction_pages_and_resolves_after_cli_abort(
     assert page["routing_key"] == ROUTING_KEY, page
     assert page["dedup_key"], page
     assert payload(page)["severity"] == "critical", page
-    assert payload(page)["group"] == CLUSTER, page
+    assert payload(page)["group"] == CLUSTER, page  # kafka_cluster, not the Kubernetes cluster
+    assert details.get("namespace") == NAMESPACE, page  # kept through the rule's aggregation
     assert payload(page)["summary"] == (
         f"Hanging transaction on {txn.topic}-{txn.partition} in cluster {CLUSTER}"), page
     assert f"Partition {txn.topic}-{txn.partition} " in description, page
@@ -323,7 +387,10 @@ def test_hanging_transaction_pages_and_resolves_after_cli_abort(
     assert str(details.get("runbook_url", "")).endswith(f"/{HANGING_ALERT}.md"), page
 
     # 2. Every dashboard query returns data while hanging, late, LSO lag and an open
-    # legitimate transaction are all present.
+    # legitimate transaction are all present, with a `cluster` target label on every series.
+    if dashboards.skipped:
+        log.warning("dashboard queries skipped (families not emitted by the daemon on this "
+                    "branch yet):\n%s", "\n".join(dashboards.skipped))
     wait_until(dashboards.all_have_data, timeout_s=DASHBOARD_WAIT_S,
                what="every dashboard query to return data (0 = no series, below)",
                diagnostics=diagnostics)

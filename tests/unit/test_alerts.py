@@ -6,9 +6,11 @@ message instead of skipping it.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,25 +26,28 @@ from alerts.alertmanager import (
     render_example,
 )
 from alerts.rules import (
+    ALERT_NAMES,
+    DISABLED_BY_DEFAULT,
+    PLACEHOLDER,
     RUNBOOK_BASE_URL,
+    TUNABLE_FIELDS,
     Thresholds,
     ThresholdsError,
     alerts,
+    helm_rules_template,
+    rules_document,
     thresholds_from_mapping,
 )
 from dashboards.common import runbook
-from dashboards.metrics_doc import (
-    PROMETHEUS_SERIES,
-    documented_metrics,
-    grouping_labels,
-    referenced_metrics,
-    selector_labels,
-)
+from dashboards.metrics_doc import grouping_labels, referenced_metrics, selector_labels
+from exporter.metrics.catalogue import all_series
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "alerts" / generate.RULES_FILE
-HELM_RULES = REPO / "deploy" / "helm" / "kafka-txn-exporter" / "files" / "alerts" / generate.RULES_FILE
+HELM_RULES = generate.HELM_TEMPLATE_PATH
 PROMTOOL_TESTS = sorted((REPO / "alerts" / "tests").glob("*.yml"))
+TUNED_TESTS = REPO / "alerts" / "tests" / "tuned"
+TUNED_RULES_FILE = "kafka-txn-exporter.tuned.rules.yml"
 RUNBOOKS = REPO / "docs" / "runbooks"
 THRESHOLDS_EXAMPLE = REPO / "alerts" / "thresholds.example.yml"
 RUNBOOK_SECTIONS = ("## Meaning", "## Impact", "## Diagnosis", "## Mitigation")
@@ -51,10 +56,16 @@ REQUIRED_ALERTS = {
     "KafkaTransactionsLate",
     "KafkaLastStableOffsetLagGrowing",
     "KafkaTransactionCoordinatorOpenTimeHigh",
-    "KafkaTwoPhaseCommitTransactionOpenTooLong",
+    "KafkaTransactionTwoPhaseCommitOpenTimeHigh",
+    "KafkaTransactionMarkersPending",
     "KafkaTransactionVerificationDisabled",
+    "KafkaTransactionalIdsGrowing",
+    "KafkaConsumerGroupBlockedByTransaction",
+    "KafkaConsumerGroupUnstableOffsetCommit",
     "KafkaTxnExporterDown",
     "KafkaTxnExporterDataStale",
+    "KafkaTxnExporterBlindSpot",
+    "KafkaTxnExporterCyclesSkipped",
     "KafkaTransactionCoordinatorTimeoutAbortsRising",
 }
 
@@ -87,27 +98,62 @@ def rules() -> list[dict[str, Any]]:
 # ------------------------------------------------------------------ generated files
 
 
-def test_generated_rules_equal_generator_output_and_helm_copy() -> None:
-    expected = generate.render()
-    assert RULES.read_text(encoding="utf-8") == expected, "run: python -m alerts.generate"
-    assert HELM_RULES.read_bytes() == RULES.read_bytes()
+def test_generated_rules_and_helm_template_are_current() -> None:
+    assert RULES.read_text(encoding="utf-8") == generate.render(), "run: python -m alerts.generate"
+    assert HELM_RULES.read_text(encoding="utf-8") == generate.render_helm_template()
     assert generate.main(["--check"]) == 0
 
 
 def test_check_names_the_file_that_differs(tmp_path: Path) -> None:
     stale = tmp_path / generate.RULES_FILE
     stale.write_text("groups: []\n", encoding="utf-8")
-    problems = generate.differences(generate.render(), [stale, tmp_path / "missing.yml"])
-    assert problems == [
-        f"{stale}: differs from the generator output",
-        f"{tmp_path / 'missing.yml'}: missing",
-    ]
+    missing = tmp_path / "missing.yml"
+    problems = generate.differences({stale: generate.render(), missing: "x"})
+    assert problems == [f"{stale}: differs from the generator output", f"{missing}: missing"]
 
 
 def test_required_alerts_are_all_defined() -> None:
-    names = [rule["alert"] for rule in rules()]
-    assert len(names) == len(set(names)), "duplicate alert names"
-    assert set(names) >= REQUIRED_ALERTS
+    assert len(ALERT_NAMES) == len(set(ALERT_NAMES)), "duplicate alert names"
+    assert set(ALERT_NAMES) == REQUIRED_ALERTS
+    written = {rule["alert"] for rule in rules()}
+    assert written == REQUIRED_ALERTS - set(DISABLED_BY_DEFAULT)
+
+
+def test_two_phase_commit_alert_is_opt_in() -> None:
+    assert "KafkaTransactionTwoPhaseCommitOpenTimeHigh" in DISABLED_BY_DEFAULT
+    enabled = thresholds_from_mapping({"disabled": {"KafkaTransactionTwoPhaseCommitOpenTimeHigh": False}})
+    assert "KafkaTransactionTwoPhaseCommitOpenTimeHigh" in {a.name for a in alerts(enabled)}
+    # Disabling another alert keeps the opt-in one off.
+    other = thresholds_from_mapping({"disabled": {"KafkaTransactionsLate": True}})
+    names = {a.name for a in alerts(other)}
+    assert "KafkaTransactionsLate" not in names
+    assert "KafkaTransactionTwoPhaseCommitOpenTimeHigh" not in names
+
+
+def test_helm_template_has_every_alert_and_only_placeholders_for_tunables() -> None:
+    template = helm_rules_template()
+    names = [rule["alert"] for group in template["groups"] for rule in group["rules"]]
+    assert names == list(ALERT_NAMES)
+    text = HELM_RULES.read_text(encoding="utf-8")
+    assert "kafka_cluster" not in text, "the cluster label must be a placeholder"
+    for name in TUNABLE_FIELDS:
+        if name not in ("exporter_namespace",):
+            assert PLACEHOLDER.format(name) in text, f"{name} is not tunable in the chart"
+
+
+def test_helm_template_filled_with_the_defaults_is_the_rule_file() -> None:
+    """What the chart's template does with its default values, done in Python: replace every
+    placeholder, drop disabled alerts. tests/unit/test_helm.py checks the chart itself.
+    The chart always sets exporter_namespace (to its release namespace)."""
+    defaults = replace(Thresholds(), exporter_namespace="kafka-monitoring")
+    text = HELM_RULES.read_text(encoding="utf-8")
+    for name in TUNABLE_FIELDS:
+        text = text.replace(PLACEHOLDER.format(name), str(getattr(defaults, name)))
+    filled: Any = yaml.safe_load(text)
+    for group in filled["groups"]:
+        group["rules"] = [r for r in group["rules"] if not defaults.is_disabled(r["alert"])]
+    expected = rules_document(defaults)
+    assert filled == expected
 
 
 # ------------------------------------------------------------------ promtool
@@ -124,16 +170,35 @@ def test_promtool_unit_tests_pass() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def tuned_copy(tmp_path: Path) -> Path:
+    """alerts/tests/tuned/ with its rule file generated from its thresholds.yml."""
+    directory = tmp_path / "tuned"
+    shutil.copytree(TUNED_TESTS, directory)
+    assert (
+        generate.main(
+            ["--thresholds", str(directory / "thresholds.yml"), "--output", str(directory / TUNED_RULES_FILE)]
+        )
+        == 0
+    )
+    return directory
+
+
+def test_promtool_unit_tests_of_a_tuned_variant_pass(tmp_path: Path) -> None:
+    directory = tuned_copy(tmp_path)
+    result = run([tool("promtool"), "test", "rules", "tuned.test.yml"], cwd=directory)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_every_alert_is_tested_firing_and_not_firing() -> None:
     firing: set[str] = set()
     quiet: set[str] = set()
-    for path in PROMTOOL_TESTS:
+    for path in [*PROMTOOL_TESTS, TUNED_TESTS / "tuned.test.yml"]:
         document: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
-        assert document["rule_files"] == [f"../{generate.RULES_FILE}"], path
+        assert document["rule_files"] in ([f"../{generate.RULES_FILE}"], [TUNED_RULES_FILE])
         for case in document["tests"]:
             for check in case.get("alert_rule_test", []):
                 (firing if check.get("exp_alerts") else quiet).add(check["alertname"])
-    names = {rule["alert"] for rule in rules()}
+    names = set(ALERT_NAMES)
     assert names - firing == set(), "alerts never tested firing"
     assert names - quiet == set(), "alerts never tested staying quiet"
 
@@ -152,8 +217,50 @@ def test_alert_has_severity_annotations_and_runbook(rule: Mapping[str, Any]) -> 
     assert "for" in rule, f"{name}: no `for` duration"
 
 
+@pytest.mark.parametrize("rule", rules(), ids=lambda rule: str(rule["alert"]))
+def test_every_aggregation_keeps_namespace_and_the_kafka_cluster(rule: Mapping[str, Any]) -> None:
+    """The Operator's AlertmanagerConfig routes on namespace: no aggregation may drop it."""
+    expr = rule["expr"]
+    clauses = [c.strip() for c in re.findall(r"\b(?:by|on) \(([^)]*)\)", expr)]
+    if rule["alert"] == "KafkaTxnExporterDown":
+        # Its third branch, absent(), has no labels unless exporter_namespace is set.
+        assert "absent(kafka_txn_exporter_up)" in expr
+    assert clauses, f"{rule['alert']}: no aggregation"
+    for clause in clauses:
+        labels = [label.strip() for label in clause.split(",")]
+        assert labels[0] == "namespace", f"{rule['alert']}: `{clause}` drops namespace"
+        if "instance" not in labels:
+            assert "kafka_cluster" in labels, f"{rule['alert']}: `{clause}` drops the cluster"
+
+
+def test_cluster_label_is_a_parameter() -> None:
+    renamed = rules_document(thresholds_from_mapping({"cluster_label": "kafka_name"}))
+    text = yaml.safe_dump(renamed)
+    assert "kafka_cluster" not in text
+    assert "$labels.kafka_name" in text
+    assert "max by (namespace, job, kafka_name, broker)" in text
+
+
+def test_additional_labels_and_annotations_never_override_the_alerts_own() -> None:
+    tuned = thresholds_from_mapping(
+        {
+            "additional_rule_labels": {"team": "kafka", "severity": "info"},
+            "additional_rule_annotations": {"summary": "x", "dashboard": "https://g/d"},
+            "runbook_url": "https://wiki.example/rb/",
+        }
+    )
+    for group in rules_document(tuned)["groups"]:
+        for rule in group["rules"]:
+            assert rule["labels"]["team"] == "kafka"
+            assert rule["labels"]["severity"] in ("critical", "warning")
+            assert rule["annotations"]["summary"] != "x"
+            assert rule["annotations"]["dashboard"] == "https://g/d"
+            assert rule["annotations"]["runbook_url"] == f"https://wiki.example/rb/{rule['alert']}.md"
+
+
 def test_runbook_base_url_is_one_constant() -> None:
     assert runbook("KafkaTransactionHanging") == f"{RUNBOOK_BASE_URL}KafkaTransactionHanging.md"
+    assert Thresholds().runbook_url == RUNBOOK_BASE_URL
     assert RUNBOOK_BASE_URL.startswith("https://")
     assert RUNBOOK_BASE_URL.endswith("/docs/runbooks/")
 
@@ -162,15 +269,23 @@ def test_partition_alerts_name_topic_partition_and_transactional_id() -> None:
     by_name = {rule["alert"]: rule for rule in rules()}
     for name in ("KafkaTransactionHanging", "KafkaTransactionsLate"):
         text = by_name[name]["annotations"]["description"]
-        for label in ("topic", "partition", "broker", "transactional_id", "cluster"):
+        for label in ("topic", "partition", "broker", "transactional_id", "kafka_cluster"):
             assert f"$labels.{label}" in text, f"{name}: description lacks {label}"
     assert "kafka_txn_hanging_transaction_info" in by_name["KafkaTransactionHanging"]["expr"]
     assert by_name["KafkaTransactionHanging"]["labels"]["severity"] == "critical"
 
 
-def test_rule_expressions_use_documented_metrics_and_labels() -> None:
-    catalogue = {**documented_metrics(), **PROMETHEUS_SERIES}
-    for rule in rules():
+def test_rule_expressions_use_catalogued_metrics_and_labels() -> None:
+    catalogue = all_series()
+    routing = {"namespace", "job", "instance"}
+    every_rule = [
+        r
+        for group in rules_document(
+            thresholds_from_mapping({"disabled": dict.fromkeys(DISABLED_BY_DEFAULT, False)})
+        )["groups"]
+        for r in group["rules"]
+    ]
+    for rule in every_rule:
         expr = rule["expr"]
         metrics = referenced_metrics(expr)
         assert metrics, rule["alert"]
@@ -178,7 +293,7 @@ def test_rule_expressions_use_documented_metrics_and_labels() -> None:
         assert not unknown, f"{rule['alert']}: undocumented metrics {unknown}"
         for metric, labels in selector_labels(expr).items():
             assert labels <= catalogue[metric], f"{rule['alert']}: {metric} has no {labels}"
-        available = set().union(*(catalogue[m] for m in metrics))
+        available = set().union(*(catalogue[m] for m in metrics)) | routing
         missing = grouping_labels(expr) - available
         assert not missing, f"{rule['alert']}: grouping by unknown labels {missing}"
 
@@ -186,7 +301,7 @@ def test_rule_expressions_use_documented_metrics_and_labels() -> None:
 # ------------------------------------------------------------------ runbooks
 
 
-@pytest.mark.parametrize("name", sorted(a.name for a in alerts()))
+@pytest.mark.parametrize("name", sorted(ALERT_NAMES))
 def test_runbook_exists_with_the_four_sections(name: str) -> None:
     path = RUNBOOKS / f"{name}.md"
     assert path.is_file(), f"missing runbook {path}"
@@ -200,8 +315,8 @@ def test_runbook_exists_with_the_four_sections(name: str) -> None:
 
 def test_runbook_index_lists_every_alert() -> None:
     index = (RUNBOOKS / "README.md").read_text(encoding="utf-8")
-    for alert in alerts():
-        assert f"({alert.name}.md)" in index
+    for name in ALERT_NAMES:
+        assert f"({name}.md)" in index
 
 
 # ------------------------------------------------------------------ thresholds
@@ -234,6 +349,16 @@ def test_invalid_thresholds_are_all_reported() -> None:
     assert "data_stale_seconds" in str(raised.value)
     with pytest.raises(ThresholdsError, match=r"valid: .*late_for"):
         thresholds_from_mapping({"hanging_fro": "5m"})
+    with pytest.raises(ThresholdsError) as raised:
+        thresholds_from_mapping(
+            {
+                "cluster_label": "kafka-cluster",
+                "disabled": {"KafkaNoSuchAlert": True},
+                "additional_rule_labels": {"bad-name": "x"},
+            }
+        )
+    for problem in ("cluster_label", "disabled.KafkaNoSuchAlert", "bad-name"):
+        assert problem in str(raised.value)
 
 
 # ------------------------------------------------------------------ Alertmanager
@@ -269,7 +394,7 @@ def test_amtool_accepts_the_example_with_test_endpoints(tmp_path: Path) -> None:
 def test_example_routes_pages_groups_per_incident_and_inhibits() -> None:
     config = load_example()
     route = config["route"]
-    assert {"cluster", "alertname", "topic", "partition"} <= set(route["group_by"])
+    assert {"namespace", "kafka_cluster", "alertname", "topic", "partition"} <= set(route["group_by"])
     by_matcher = {tuple(r["matchers"]): r["receiver"] for r in route["routes"]}
     assert by_matcher[('severity="critical"',)] == PAGERDUTY_RECEIVER
     assert by_matcher[('severity="warning"',)] == TICKET_RECEIVER
@@ -277,7 +402,13 @@ def test_example_routes_pages_groups_per_incident_and_inhibits() -> None:
     pd = pager["pagerduty_configs"][0]
     assert "routing_key_file" in pd and "routing_key" not in pd
     assert pd["url"] == "https://events.pagerduty.com/v2/enqueue"
-    inhibit = config["inhibit_rules"][0]
-    assert inhibit["source_matchers"] == ['severity="critical"']
-    assert inhibit["target_matchers"] == ['severity="warning"']
-    assert set(inhibit["equal"]) == {"cluster", "topic", "partition"}
+    same_alert = config["inhibit_rules"][0]
+    assert same_alert["source_matchers"] == ['severity="critical"']
+    assert same_alert["target_matchers"] == ['severity="warning"']
+    assert {"alertname", "namespace", "kafka_cluster", "broker", "topic", "partition"} <= set(
+        same_alert["equal"]
+    )
+    for rule in config["inhibit_rules"]:
+        assert "namespace" in rule["equal"] and "kafka_cluster" in rule["equal"], rule
+        # Nothing may mute the alert that says the exporter itself is down.
+        assert "KafkaTxnExporterDown" not in " ".join(rule["target_matchers"]), rule

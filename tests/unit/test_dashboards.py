@@ -1,4 +1,4 @@
-"""The Grafana dashboards: deterministic output, complete panels, documented metrics only."""
+"""The Grafana dashboards: deterministic output, complete panels, catalogued metrics only."""
 
 from __future__ import annotations
 
@@ -12,15 +12,16 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts.rules import RUNBOOK_BASE_URL
 from dashboards import generate
-from dashboards.common import substitute_variables
-from dashboards.metrics_doc import (
-    documented_metrics,
-    grouping_labels,
-    referenced_metrics,
-    selector_labels,
-)
+from dashboards.common import SCHEMA_VERSION, substitute_variables
+from dashboards.metrics_doc import grouping_labels, referenced_metrics, selector_labels
+from exporter.metrics.catalogue import RUNBOOK_BASE_URL, all_series
+
+
+def documented_metrics() -> dict[str, frozenset[str]]:
+    """Every series the exporter (exporter/metrics/catalogue.py) or Prometheus provides."""
+    return all_series()
+
 
 REPO = Path(__file__).resolve().parents[2]
 OVERVIEW = "kafka-txn-overview.json"
@@ -52,9 +53,7 @@ def test_generation_is_deterministic() -> None:
 def test_generated_files_are_current_and_helm_copy_identical() -> None:
     expected = generate.rendered()
     assert set(expected) == {OVERVIEW, PARTITION, EXPORTER}
-    assert generate.differences(expected, generate.OUTPUT_DIRS) == [], (
-        "run: python -m dashboards.generate"
-    )
+    assert generate.differences(expected, generate.OUTPUT_DIRS) == [], "run: python -m dashboards.generate"
     local, helm = generate.OUTPUT_DIRS
     for name in expected:
         assert (local / name).read_bytes() == (helm / name).read_bytes()
@@ -91,8 +90,8 @@ def test_panel_has_description_unit_and_queries(item: tuple[str, dict[str, Any]]
     assert "When it turns red:" in description, f"{name}: {panel['title']}"
     shows, _, when_red = description.partition("When it turns red:")
     assert shows.strip() and when_red.strip()
-    assert RUNBOOK_BASE_URL in when_red or "kafka-txn-exporter" in when_red or (
-        "kafka-configs.sh" in when_red
+    assert (
+        RUNBOOK_BASE_URL in when_red or "kafka-txn-exporter" in when_red or ("kafka-configs.sh" in when_red)
     ), f"{panel['title']}: the red case must point at a runbook or a command"
     assert panel["fieldConfig"]["defaults"].get("unit"), f"{panel['title']}: no unit"
     assert panel["targets"] and all(t["expr"] for t in panel["targets"])
@@ -136,7 +135,58 @@ def test_required_panels_exist() -> None:
         "Request errors by API and error",
         "Snapshot age",
         "Last successful cycle",
+        "Transactional ids visible",
+        "Cycles skipped",
     } <= titles(EXPORTER)
+    assert {
+        "Blocked consumers",
+        "Consumer lag: consumable vs blocked",
+        "Two-phase commit per broker",
+        "transaction.version",
+        "Markers pending per coordinator",
+        "Open transactions by application",
+        "Unknown open transactions by reason",
+    } <= titles(OVERVIEW)
+
+
+def test_no_panel_fixes_max_data_points_and_schema_is_current() -> None:
+    for name, model in MODELS.items():
+        assert model["schemaVersion"] == SCHEMA_VERSION >= 39, name
+        assert "maxDataPoints" not in json.dumps(model), name
+
+
+def test_firing_alerts_are_annotations_filtered_by_cluster() -> None:
+    for name, model in MODELS.items():
+        (annotation,) = model["annotations"]["list"]
+        assert annotation["expr"].startswith('ALERTS{alertstate="firing"'), name
+        assert 'kafka_cluster=~"$kafka_cluster"' in annotation["expr"]
+        assert annotation["enable"] is True
+    # The annotation's alert name regex matches every alert of alerts/rules.py.
+    from alerts.rules import ALERT_NAMES
+    from dashboards.common import ALERT_NAME_REGEX
+
+    for alert in ALERT_NAMES:
+        assert re.fullmatch(ALERT_NAME_REGEX, alert), alert
+
+
+def test_blocked_consumers_table_shows_group_partition_duration_and_transaction() -> None:
+    (table,) = [p for p in panels(MODELS[OVERVIEW]) if p["title"] == "Blocked consumers"]
+    organize = table["transformations"][0]["options"]
+    assert organize["renameByName"] == {"Value": "Blocked for"}
+    assert "Value" not in organize["excludeByName"]
+    order = organize["indexByName"]
+    for column in ("group", "topic", "partition", "transactional_id", "application", "Value"):
+        assert column in order, column
+    assert table["fieldConfig"]["defaults"]["unit"] == "s"
+
+
+def test_other_cluster_label_renames_every_use() -> None:
+    text = generate.rendered()[OVERVIEW]
+    renamed = generate.for_cluster_label(text, "kafka_name")
+    assert "kafka_cluster" not in renamed
+    assert 'kafka_name=~"$kafka_name"' in json.loads(renamed)["annotations"]["list"][0]["expr"]
+    with pytest.raises(ValueError, match="label name"):
+        generate.for_cluster_label(text, "kafka-name")
 
 
 def test_findings_tables_show_the_transactional_id() -> None:
@@ -144,6 +194,8 @@ def test_findings_tables_show_the_transactional_id() -> None:
         tables = [p for p in panels(MODELS[name]) if p["type"] == "table"]
         assert tables, name
         for table in tables:
+            if table["title"] == "Blocked consumers":
+                continue
             expr = table["targets"][0]["expr"]
             assert "transactional_id" in expr and "_info" in expr
             assert table["targets"][0]["format"] == "table"
@@ -156,14 +208,14 @@ def test_variables_exist() -> None:
     def variables(name: str) -> dict[str, dict[str, Any]]:
         return {v["name"]: v for v in MODELS[name]["templating"]["list"]}
 
-    assert set(variables(OVERVIEW)) == {"datasource", "cluster", "topic"}
-    assert set(variables(PARTITION)) == {"datasource", "cluster", "topic", "partition"}
-    assert set(variables(EXPORTER)) == {"datasource", "cluster"}
+    assert set(variables(OVERVIEW)) == {"datasource", "kafka_cluster", "topic"}
+    assert set(variables(PARTITION)) == {"datasource", "kafka_cluster", "topic", "partition"}
+    assert set(variables(EXPORTER)) == {"datasource", "kafka_cluster"}
     for name in MODELS:
         found = variables(name)
         assert found["datasource"]["type"] == "datasource"
         assert found["datasource"]["query"] == "prometheus"
-        for var in ("cluster", "topic", "partition"):
+        for var in ("kafka_cluster", "topic", "partition"):
             if var in found:
                 assert found[var]["allValue"] == ".*"
                 assert found[var]["includeAll"] is True
@@ -174,8 +226,8 @@ def test_expressions_filter_by_the_variables() -> None:
     catalogue = documented_metrics()
     for name, title, expr in generate.panel_expressions():
         for metric in referenced_metrics(expr):
-            if "cluster" in catalogue[metric]:
-                assert 'cluster=~"$cluster"' in expr, f"{name}: {title}"
+            if "kafka_cluster" in catalogue[metric]:
+                assert 'kafka_cluster=~"$kafka_cluster"' in expr, f"{name}: {title}"
         if name == PARTITION and "topic" in grouping_labels(expr):
             assert 'partition=~"$partition"' in expr, f"{name}: {title}"
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from alerts.rules import Thresholds, rules_document, thresholds_from_mapping
 from exporter.config import KAFKA_PROPERTIES, SECRET_PROPERTIES, ConfigError, parse_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,13 +27,10 @@ CI_VALUES = CHART / "ci"
 STANDALONE_VALUES = CI_VALUES / "standalone-values.yaml"
 SIDECAR_VALUES = CI_VALUES / "sidecar-values.yaml"
 SIDECAR_EXAMPLE = REPO / "deploy" / "examples" / "sidecar"
-RULES_FILE = CHART / "files" / "alerts" / "kafka-txn-exporter.rules.yml"
-ROOT_RULES_FILE = REPO / "alerts" / "kafka-txn-exporter.rules.yml"
+RULES_TEMPLATE = CHART / "files" / "alerts" / "kafka-txn-exporter.rules.tmpl.yml"
 DASHBOARDS_DIR = CHART / "files" / "dashboards"
 CONFIG_EXAMPLE = REPO / "docs" / "config.example.yml"
-HELM_CACHE_BIN = (
-    Path(os.environ.get("KTE_CACHE", Path.home() / ".cache" / "kafka-txn-exporter")) / "bin"
-)
+HELM_CACHE_BIN = Path(os.environ.get("KTE_CACHE", Path.home() / ".cache" / "kafka-txn-exporter")) / "bin"
 RELEASE = "kte"
 CONTAINER = "kafka-txn-exporter"
 
@@ -56,9 +54,7 @@ def helm() -> str:
 
 
 def run_helm(helm: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [helm, *map(str, args)], capture_output=True, text=True, check=False, timeout=120
-    )
+    return subprocess.run([helm, *map(str, args)], capture_output=True, text=True, check=False, timeout=120)
 
 
 def render(
@@ -177,13 +173,9 @@ def test_standalone_runs_one_replica_with_the_config_file(
     assert pod_spec["automountServiceAccountToken"] is False
 
 
-def test_probes_use_health_paths_on_the_named_metrics_port(
-    pod_spec: Manifest, values: Manifest
-) -> None:
+def test_probes_use_health_paths_on_the_named_metrics_port(pod_spec: Manifest, values: Manifest) -> None:
     container = exporter_container(pod_spec)
-    assert container["ports"] == [
-        {"name": "metrics", "containerPort": values["port"], "protocol": "TCP"}
-    ]
+    assert container["ports"] == [{"name": "metrics", "containerPort": values["port"], "protocol": "TCP"}]
     assert values["port"] == 9851
     expected = {"startupProbe": "/healthz", "livenessProbe": "/healthz", "readinessProbe": "/readyz"}
     for probe, path in expected.items():
@@ -240,9 +232,7 @@ def test_secrets_are_mounted_read_only_where_kafka_files_point(
 ) -> None:
     container = exporter_container(pod_spec)
     volumes = volumes_by_name(pod_spec)
-    secret_mounts = {
-        m["mountPath"]: m for m in container["volumeMounts"] if "secret" in volumes[m["name"]]
-    }
+    secret_mounts = {m["mountPath"]: m for m in container["volumeMounts"] if "secret" in volumes[m["name"]]}
     files = [
         path
         for cluster in rendered_config(standalone)["clusters"]
@@ -315,7 +305,9 @@ def test_schema_config_keys_match_the_exporter(values: Manifest) -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     config_schema = schema["properties"]["config"]["properties"]
     example = yaml.safe_load(CONFIG_EXAMPLE.read_text())
-    assert set(config_schema) == set(example)
+    # cluster_label is a top-level key of the exporter (Config.cluster_label) that the example
+    # may leave out; test_rendered_config_is_valid_for_the_exporter parses it.
+    assert set(config_schema) - {"cluster_label"} == set(example) - {"cluster_label"}
     for section in ("web", "log", "spark", "pipeline"):
         assert set(config_schema[section]["properties"]) == set(example[section]), section
     cluster_schema = config_schema["clusters"]["items"]
@@ -328,26 +320,119 @@ def test_schema_config_keys_match_the_exporter(values: Manifest) -> None:
 # ---- Prometheus Operator, plain Prometheus, Grafana
 
 
-def load_rule_groups(path: Path) -> list[Any]:
-    if not path.is_file():
-        pytest.fail(
-            f"{path.relative_to(REPO)} does not exist: the alert rules generator writes it "
-            "(make alerts); the PrometheusRule is rendered from it",
-            pytrace=False,
-        )
-    loaded = yaml.safe_load(path.read_text())
-    assert isinstance(loaded, dict) and isinstance(loaded.get("groups"), list)
-    groups: list[Any] = loaded["groups"]
-    return groups
+FULLNAME = f"{RELEASE}-kafka-txn-exporter"
 
 
-def test_prometheus_rule_groups_are_the_rules_file_groups(standalone: list[Manifest]) -> None:
+def chart_thresholds(raw: dict[str, Any] | None = None) -> Thresholds:
+    """What the chart fills in: the release namespace, its Service name as the job."""
+    return thresholds_from_mapping(
+        {"exporter_namespace": "monitoring", "exporter_job_regex": FULLNAME, **(raw or {})}
+    )
+
+
+def test_rule_template_exists() -> None:
+    assert RULES_TEMPLATE.is_file(), "the alert rules generator writes it (make alerts)"
+
+
+def test_prometheus_rule_is_the_generated_rules_for_the_defaults(standalone: list[Manifest]) -> None:
     rule = one(standalone, "PrometheusRule")
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
-    groups = load_rule_groups(RULES_FILE)
-    assert rule["spec"]["groups"] == groups
-    if ROOT_RULES_FILE.is_file():
-        assert load_rule_groups(ROOT_RULES_FILE) == groups
+    assert rule["spec"]["groups"] == rules_document(chart_thresholds())["groups"]
+
+
+def test_values_thresholds_are_the_python_defaults(values: Manifest) -> None:
+    defaults = Thresholds()
+    chart = values["rules"]["thresholds"]
+    for name, value in chart.items():
+        expected = "" if name == "exporter_job_regex" else getattr(defaults, name)
+        assert value == expected, name
+    assert values["rules"]["runbookUrl"] == defaults.runbook_url
+    assert values["rules"]["disabled"] == dict(defaults.disabled)
+    assert values["config"]["cluster_label"] == defaults.cluster_label
+
+
+TUNED = {
+    "cluster_label": "kafka_name",
+    "runbook_url": "https://wiki.example.com/rb/",
+    "disabled": {"KafkaTransactionTwoPhaseCommitOpenTimeHigh": False, "KafkaTransactionsLate": True},
+    "additional_rule_labels": {"team": "kafka-platform"},
+    "additional_rule_annotations": {"dashboard": "https://grafana.example.com/d/kte-overview"},
+    "hanging_for": "1m",
+    "coordinator_open_time_seconds": 3660,
+    "lso_lag_min_offsets": 2000000,
+}
+TUNED_SETS = [
+    "prometheusRule.enabled=true",
+    "alertmanagerConfig.enabled=true",
+    "alertmanagerConfig.pagerduty.routingKeySecret.name=pd",
+    "dashboards.enabled=true",
+    "config.cluster_label=kafka_name",
+    "rules.runbookUrl=https://wiki.example.com/rb/",
+    "rules.disabled.KafkaTransactionTwoPhaseCommitOpenTimeHigh=false",
+    "rules.disabled.KafkaTransactionsLate=true",
+    "rules.additionalRuleLabels.team=kafka-platform",
+    "rules.additionalRuleAnnotations.dashboard=https://grafana.example.com/d/kte-overview",
+    "rules.thresholds.hanging_for=1m",
+    "rules.thresholds.coordinator_open_time_seconds=3660",
+    "rules.thresholds.lso_lag_min_offsets=2000000",
+]
+
+
+def test_tuned_values_render_the_same_rules_as_the_thresholds_file(helm: str) -> None:
+    docs = render(helm, sets=TUNED_SETS)
+    groups = one(docs, "PrometheusRule")["spec"]["groups"]
+    assert groups == rules_document(chart_thresholds(TUNED))["groups"]
+    text = yaml.safe_dump(groups)
+    assert "> 2000000" in text  # an integer, not 2e+06
+    names = {r["alert"] for g in groups for r in g["rules"]}
+    assert "KafkaTransactionsLate" not in names
+    assert "KafkaTransactionTwoPhaseCommitOpenTimeHigh" in names
+    amc = one(docs, "AlertmanagerConfig")["spec"]
+    matchers = {m["name"]: m for m in amc["route"]["matchers"]}
+    assert set(matchers["alertname"]["value"].split("|")) == names
+    assert amc["route"]["groupBy"][0] == "kafka_name"
+    dashboards = [cm for cm in objects(docs, "ConfigMap") if "grafana_dashboard" in cm["metadata"]["labels"]]
+    assert dashboards
+    for cm in dashboards:
+        (text,) = cm["data"].values()
+        assert "kafka_cluster" not in text
+        assert 'kafka_name=~\\"$kafka_name\\"' in text
+
+
+@pytest.mark.parametrize(
+    ("sets", "expected"),
+    [
+        (["rules.thresholds.hanging_for=5 minutes"], ["/rules/thresholds/hanging_for"]),
+        (["rules.thresholds.hanging_fro=5m"], ["hanging_fro"]),
+        (["rules.thresholds.lso_lag_min_offsets=-1"], ["/rules/thresholds/lso_lag_min_offsets"]),
+        (["rules.disabled.KafkaNoSuchAlert=true"], ["KafkaNoSuchAlert"]),
+        (["config.cluster_label=kafka-cluster"], ["/config/cluster_label"]),
+        (["serviceMonitor.scheme=ftp"], ["/serviceMonitor/scheme"]),
+    ],
+    ids=["duration", "unknown-threshold", "negative", "unknown-alert", "label-name", "scheme"],
+)
+def test_schema_rejects_bad_rule_values(helm: str, sets: list[str], expected: list[str]) -> None:
+    args: list[str | Path] = ["--set", "prometheusRule.enabled=true"]
+    for s in sets:
+        args += ["--set", s]
+    stderr = render_error(helm, *args)
+    for text in expected:
+        assert text in stderr, f"{text!r} not in:\n{stderr}"
+
+
+def test_every_alert_keeps_the_namespace_the_operator_routes_on(standalone: list[Manifest]) -> None:
+    for group in one(standalone, "PrometheusRule")["spec"]["groups"]:
+        for rule in group["rules"]:
+            assert "by (namespace," in rule["expr"] or 'namespace="monitoring"' in rule["expr"], rule
+    down = next(
+        r
+        for g in one(standalone, "PrometheusRule")["spec"]["groups"]
+        for r in g["rules"]
+        if r["alert"] == "KafkaTxnExporterDown"
+    )
+    # Even "no exporter series at all" carries the namespace, so the namespaced route sees it.
+    assert 'absent(kafka_txn_exporter_up{namespace="monitoring"})' in down["expr"]
+    assert f'job=~"{FULLNAME}"' in down["expr"]
 
 
 def test_alertmanager_config_routes_the_chart_alerts_to_pagerduty_by_secret(
@@ -358,15 +443,22 @@ def test_alertmanager_config_routes_the_chart_alerts_to_pagerduty_by_secret(
     assert receiver["routingKey"] == {"name": "pagerduty-routing-key", "key": "routing-key"}
     alert_names = {
         rule["alert"]
-        for group in load_rule_groups(RULES_FILE)
+        for group in one(standalone, "PrometheusRule")["spec"]["groups"]
         for rule in group["rules"]
-        if "alert" in rule
     }
     matchers = {m["name"]: m for m in amc["spec"]["route"]["matchers"]}
     assert matchers["alertname"]["matchType"] == "=~"
     assert set(matchers["alertname"]["value"].split("|")) == alert_names
     # Critical alerts page; warnings are meant for tickets (alerts/alertmanager.example.yml).
     assert matchers["severity"] == {"name": "severity", "matchType": "=", "value": "critical"}
+    assert amc["spec"]["route"]["groupBy"] == ["kafka_cluster", "alertname", "topic", "partition", "group"]
+    assert "namespace" not in matchers, "the Operator adds the namespace matcher itself"
+    inhibit = amc["spec"]["inhibitRules"]
+    for rule in inhibit:
+        targets = " ".join(m["value"] for m in rule["targetMatch"])
+        assert "KafkaTxnExporterDown" not in targets
+    fallback = [r for r in inhibit if {"name": "topic", "value": ""} in r["sourceMatch"]]
+    assert fallback and all("broker" in r["equal"] for r in fallback)
 
 
 def dashboard_files() -> list[Path]:
@@ -397,7 +489,8 @@ def test_a_dashboard_configmap_per_json_file(helm: str, standalone: list[Manifes
         ["dashboards.label=grafana_dashboard_kafka", "dashboards.labelValue=yes"],
     )
     labelled = [
-        cm for cm in objects(relabelled, "ConfigMap")
+        cm
+        for cm in objects(relabelled, "ConfigMap")
         if cm["metadata"]["labels"].get("grafana_dashboard_kafka") == "yes"
     ]
     assert len(labelled) == len(files)
@@ -407,6 +500,8 @@ def test_service_monitor_scrapes_the_metrics_port(standalone: list[Manifest]) ->
     monitor = one(standalone, "ServiceMonitor")
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] == "metrics"
+    assert endpoint["scheme"] == "http"
+    assert "tlsConfig" not in endpoint and "basicAuth" not in endpoint
     assert endpoint["path"] == rendered_config(standalone)["web"]["telemetry_path"]
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     service_labels = one(standalone, "Service")["metadata"]["labels"]
@@ -421,8 +516,65 @@ def test_scrape_annotations(standalone: list[Manifest], sidecar: list[Manifest])
     assert expected.items() <= service.items() and service["prometheus.io/port"] == "9852"
 
 
+def test_tls_and_basic_auth_reach_the_pod_probes_and_service_monitor(helm: str) -> None:
+    docs = render(
+        helm,
+        sets=[
+            "serviceMonitor.enabled=true",
+            "webConfig.secretName=kte-web",
+            "webConfig.tlsSecretName=kte-web-tls",
+            "webConfig.tls=true",
+            "serviceMonitor.tlsConfig.serverName=kte",
+            "serviceMonitor.tlsConfig.ca.secret.name=kte-web-tls",
+            "serviceMonitor.tlsConfig.ca.secret.key=ca.crt",
+            "serviceMonitor.basicAuth.username.name=kte-scrape",
+            "serviceMonitor.basicAuth.username.key=username",
+            "serviceMonitor.basicAuth.password.name=kte-scrape",
+            "serviceMonitor.basicAuth.password.key=password",
+        ],
+    )
+    (endpoint,) = one(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"] == {
+        "serverName": "kte",
+        "ca": {"secret": {"name": "kte-web-tls", "key": "ca.crt"}},
+    }
+    assert endpoint["basicAuth"]["password"] == {"name": "kte-scrape", "key": "password"}
+    spec = one(docs, "Deployment")["spec"]["template"]["spec"]
+    container = exporter_container(spec)
+    args = container["args"]
+    assert (
+        args[args.index("--web.config.file") + 1] == "/var/run/secrets/kafka-txn-exporter/web/web-config.yml"
+    )
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"]["scheme"] == "HTTPS", probe
+    mounts = mounts_by_path(container)
+    assert mounts["/var/run/secrets/kafka-txn-exporter/web"]["readOnly"] is True
+    assert mounts["/var/run/secrets/kafka-txn-exporter/web-tls"]["readOnly"] is True
+    volumes = volumes_by_name(spec)
+    assert volumes["kte-web-config"]["secret"]["secretName"] == "kte-web"
+    assert volumes["kte-web-tls"]["secret"]["secretName"] == "kte-web-tls"
+
+
+def test_network_policy_admits_only_the_given_peers_to_the_metrics_port(helm: str) -> None:
+    peer = (
+        "networkPolicy.ingressFrom[0].namespaceSelector.matchLabels."
+        "kubernetes\\.io/metadata\\.name=monitoring"
+    )
+    docs = render(helm, sets=["networkPolicy.enabled=true", peer])
+    policy = one(docs, "NetworkPolicy")
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    assert rule["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+    assert "ingressFrom" in render_error(helm, "--set", "networkPolicy.enabled=true")
+
+
 def test_optional_objects_are_off_by_default(helm: str) -> None:
     docs = render(helm)
+    assert not objects(docs, "NetworkPolicy")
     for kind in ("ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"):
         assert not objects(docs, kind)
     assert not [cm for cm in objects(docs, "ConfigMap") if "grafana_dashboard" in cm["metadata"]["labels"]]
@@ -456,9 +608,7 @@ def example_chart(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield root
 
 
-def test_sidecar_example_includes_the_same_container(
-    helm: str, example_chart: Path, tmp_path: Path
-) -> None:
+def test_sidecar_example_includes_the_same_container(helm: str, example_chart: Path, tmp_path: Path) -> None:
     example = render(helm, chart=example_chart)
     parent = one(example, "Deployment")
     parent_pod = parent["spec"]["template"]
@@ -496,17 +646,35 @@ def test_sidecar_example_lints(helm: str, example_chart: Path) -> None:
         (["port=70000"], ["/port", "maximum"]),
         (["service.port=0"], ["/service/port", "minimum"]),
         (["config.clusters[0].name=only-a-name"], ["/config/clusters/0", "bootstrap_servers"]),
-        (["config.clusters[0].name=a", "config.clusters[0].bootstrap_servers=no-port"],
-         ["/config/clusters/0/bootstrap_servers"]),
+        (
+            ["config.clusters[0].name=a", "config.clusters[0].bootstrap_servers=no-port"],
+            ["/config/clusters/0/bootstrap_servers"],
+        ),
         (["config.log.level=verbose"], ["/config/log/level"]),
-        (["config.clusters[0].name=a", "config.clusters[0].bootstrap_servers=k:9092",
-          "config.clusters[0].kafka.bogus\\.property=1"], ["/config/clusters/0/kafka", "bogus.property"]),
+        (
+            [
+                "config.clusters[0].name=a",
+                "config.clusters[0].bootstrap_servers=k:9092",
+                "config.clusters[0].kafka.bogus\\.property=1",
+            ],
+            ["/config/clusters/0/kafka", "bogus.property"],
+        ),
         (["resources.requests.cpu=lots"], ["/resources/requests/cpu"]),
         (["scrapeAnnotations.target=node"], ["/scrapeAnnotations/target"]),
         (["unknownTopLevel=1"], ["unknownTopLevel"]),
     ],
-    ids=["mode", "port", "service-port", "no-bootstrap", "bad-bootstrap", "log-level",
-         "kafka-property", "cpu", "scrape-target", "unknown-key"],
+    ids=[
+        "mode",
+        "port",
+        "service-port",
+        "no-bootstrap",
+        "bad-bootstrap",
+        "log-level",
+        "kafka-property",
+        "cpu",
+        "scrape-target",
+        "unknown-key",
+    ],
 )
 def test_schema_rejects_bad_values(helm: str, sets: list[str], expected: list[str]) -> None:
     args: list[str | Path] = []
@@ -525,30 +693,43 @@ SECRET_KAFKA_PROPERTIES = sorted(SECRET_PROPERTIES & KAFKA_PROPERTIES)
 def test_literal_secrets_in_values_are_refused(helm: str, prop: str) -> None:
     key = prop.replace(".", "\\.")
     stderr = render_error(
-        helm, "--set", "config.clusters[0].name=a", "--set",
-        "config.clusters[0].bootstrap_servers=k:9092", "--set", f"config.clusters[0].kafka.{key}=hunter2",
+        helm,
+        "--set",
+        "config.clusters[0].name=a",
+        "--set",
+        "config.clusters[0].bootstrap_servers=k:9092",
+        "--set",
+        f"config.clusters[0].kafka.{key}=hunter2",
     )
     assert f"config.clusters[0].kafka.{prop}" in stderr
     assert "kafkaSecrets" in stderr
 
 
 def test_env_references_for_secrets_are_accepted(helm: str) -> None:
-    docs = render(helm, sets=[
-        "config.clusters[0].name=a", "config.clusters[0].bootstrap_servers=k:9092",
-        "config.clusters[0].kafka.sasl\\.password=${KAFKA_PASSWORD}",
-    ])
+    docs = render(
+        helm,
+        sets=[
+            "config.clusters[0].name=a",
+            "config.clusters[0].bootstrap_servers=k:9092",
+            "config.clusters[0].kafka.sasl\\.password=${KAFKA_PASSWORD}",
+        ],
+    )
     assert rendered_config(docs)["clusters"][0]["kafka"]["sasl.password"] == "${KAFKA_PASSWORD}"
 
 
 @pytest.mark.parametrize(
     ("sets", "expected"),
     [
-        (["config.clusters[0].kafka_files.sasl\\.password=/etc/elsewhere/password"],
-         ["config.clusters[0].kafka_files.sasl.password", "/etc/elsewhere/password", "not under"]),
+        (
+            ["config.clusters[0].kafka_files.sasl\\.password=/etc/elsewhere/password"],
+            ["config.clusters[0].kafka_files.sasl.password", "/etc/elsewhere/password", "not under"],
+        ),
         (["config.web.listen_address=:9999"], ["config.web.listen_address", "9851"]),
         (["mode=sidecar"], ["sidecar.podSelector"]),
-        (["mode=sidecar", "service.enabled=false", "serviceMonitor.enabled=true"],
-         ["serviceMonitor.enabled needs service.enabled"]),
+        (
+            ["mode=sidecar", "service.enabled=false", "serviceMonitor.enabled=true"],
+            ["serviceMonitor.enabled needs service.enabled"],
+        ),
         (["alertmanagerConfig.enabled=true"], ["routingKeySecret.name"]),
     ],
 )

@@ -1,0 +1,88 @@
+"""exporter/metrics/catalogue.py is the collector's contract with the dashboards and alerts:
+every family they use is catalogued, and every catalogued family (but those still being
+added, ``IN_FLIGHT``) is what a rendering of the collector with fixture states serves."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from alerts.rules import DISABLED_BY_DEFAULT, rules_document, thresholds_from_mapping
+from dashboards import generate
+from dashboards.metrics_doc import referenced_metrics
+from exporter.metrics import catalogue
+from tests.unit.test_metrics import render
+
+
+def rendered_families(registry: CollectorRegistry) -> dict[str, set[str]]:
+    """Family name as Prometheus stores it (counters with _total) -> label names served."""
+    families: dict[str, set[str]] = {}
+    for metric in registry.collect():
+        name = f"{metric.name}_total" if metric.type == "counter" else metric.name
+        labels = families.setdefault(name, set())
+        for sample in metric.samples:
+            labels.update(sample.labels)
+        labels.discard("le")
+    return families
+
+
+def used_names() -> Iterator[str]:
+    every_alert = thresholds_from_mapping({"disabled": dict.fromkeys(DISABLED_BY_DEFAULT, False)})
+    for group in rules_document(every_alert)["groups"]:
+        for rule in group["rules"]:
+            yield from referenced_metrics(rule["expr"])
+    for expr in generate.all_expressions():
+        yield from referenced_metrics(expr)
+
+
+def family_of(series: str) -> str:
+    for suffix in ("_bucket", "_sum", "_count"):
+        if series.endswith(suffix) and series[: -len(suffix)] in catalogue.by_name():
+            return series[: -len(suffix)]
+    return series
+
+
+def test_every_name_the_dashboards_and_alerts_use_is_catalogued() -> None:
+    known = set(catalogue.iter_names()) | set(catalogue.PROMETHEUS_SERIES)
+    unknown = {family_of(name) for name in used_names()} - known
+    assert not unknown, f"not in exporter/metrics/catalogue.py: {sorted(unknown)}"
+
+
+def test_catalogue_names_are_unique_and_follow_the_conventions() -> None:
+    names = list(catalogue.iter_names())
+    assert len(names) == len(set(names))
+    for family in catalogue.FAMILIES:
+        assert family.name.startswith("kafka_txn_"), family.name
+        assert family.name.endswith("_total") == (family.kind == "counter"), family.name
+        assert catalogue.DEFAULT_CLUSTER_LABEL not in family.labels, family.name
+    assert set(names) >= catalogue.IN_FLIGHT
+
+
+def test_collector_serves_every_catalogued_family_but_those_in_flight() -> None:
+    served = rendered_families(render())
+    expected = set(catalogue.iter_names()) - catalogue.IN_FLIGHT
+    missing = expected - set(served)
+    assert not missing, f"catalogued but not served by the collector: {sorted(missing)}"
+    unexpected = set(served) - set(catalogue.iter_names())
+    # Process and platform collectors are registered by the daemon, not in this rendering.
+    assert not unexpected, f"served but not catalogued: {sorted(unexpected)}"
+    pending = sorted(catalogue.IN_FLIGHT - set(served))
+    if pending:
+        pytest.skip(f"not served by the collector on this branch yet (IN_FLIGHT): {pending}")
+
+
+def test_collector_labels_match_the_catalogue() -> None:
+    served = rendered_families(render())
+    labels_seen = set().union(*served.values())
+    if catalogue.DEFAULT_CLUSTER_LABEL not in labels_seen:
+        pytest.skip(
+            "the collector on this branch still names the cluster label 'cluster' "
+            "(the rename to Config.cluster_label lands with the collector change)"
+        )
+    by_name = catalogue.by_name()
+    for name, labels in served.items():
+        if not labels:  # no samples in the fixture: nothing to compare
+            continue
+        assert labels == set(by_name[name].label_names()), name
