@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from exporter.history.audit import record_action
 from exporter.kafka.admin import AbortSpec, ClusterAdmin
 from exporter.kafka.errors import KafkaRequestError
 from exporter.model import (
@@ -124,6 +125,7 @@ def abort(admin: ClusterAdmin, spark: SparkSession, target: Target,
     plan = _abort_plan(aborting, finding, offsets)
     if not args.yes:
         plan["result"] = "dry_run"
+        record_action("abort", args, plan)
         emit(args.output, plan, _abort_text(plan) + "\nDry run: nothing was changed. Re-run with "
              "--yes to write the ABORT marker.")
         return EXIT_OK
@@ -142,6 +144,7 @@ def abort(admin: ClusterAdmin, spark: SparkSession, target: Target,
                      and p.current_txn_start_offset == aborting.start_offset for p in remaining)
     plan.update(result="aborted" if not still_open else "marker_written_but_still_open",
                 lso_after=after.last_stable_offset, high_watermark_after=after.high_watermark)
+    record_action("abort", args, plan)
     lso_passed = after.last_stable_offset > aborting.start_offset
     text = _abort_text(plan) + (
         f"\nAborted. LSO of {where} is now {after.last_stable_offset} "
@@ -301,6 +304,7 @@ def force_terminate(admin: ClusterAdmin, args: argparse.Namespace) -> int:
                  "external transaction manager has decided to abort.")
     if not args.yes:
         plan["result"] = "dry_run"
+        record_action("force-terminate", args, plan)
         emit(args.output, plan, text + "\nDry run: nothing was changed. Re-run with --yes to "
              "terminate it.")
         return EXIT_OK
@@ -315,6 +319,7 @@ def force_terminate(admin: ClusterAdmin, args: argparse.Namespace) -> int:
     after = _settled(admin, tid)
     plan.update(result="terminated", new_producer_id=producer_id, new_producer_epoch=epoch,
                 after=transaction_json(after, int(time.time() * 1000)))
+    record_action("force-terminate", args, plan)
     emit(args.output, plan, text + f"\nTerminated: producer id {producer_id} now has epoch "
          f"{epoch}; the transaction is {after.state}.")
     return EXIT_OK
