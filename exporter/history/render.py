@@ -104,7 +104,7 @@ def to_text(report: Mapping[str, Any]) -> str:
 
 def _svg(fig: Any) -> str:
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     text = buf.getvalue()
     return text[text.index("<svg"):]
 
