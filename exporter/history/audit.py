@@ -2,9 +2,10 @@
 
 Every run that got as far as a plan (dry runs too) is recorded: who (OS user, Kafka
 principal from ``sasl.username``, host), when, the target, the evidence the command saw,
-what it wrote, and the LSO before and after. Always as one JSON log line on the
-``exporter.audit`` logger (stderr when logging is not set up); and, when the config file
-given with ``--config.file`` has a ``history:`` section, as a row of the ``actions`` dataset.
+what it wrote, and the LSO before and after. Always as one JSON line on stderr (beginning
+``{"audit":``); and, when a history is configured (the ``history:`` section of
+``--config.file``, else ``$KAFKA_TXN_EXPORTER_HISTORY``), as a row of the ``actions``
+dataset.
 
 Recording never changes the command's outcome: a failure to append the row is reported on
 stderr and in the log line's ``history`` field.
@@ -15,7 +16,6 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
-import logging
 import os
 import socket
 import sys
@@ -30,8 +30,6 @@ import yaml
 from exporter.history.config import HistoryConfig, parse_history_section
 from exporter.history.rows import Row, utc_date
 from exporter.history.schema import ACTIONS
-
-log = logging.getLogger("exporter.audit")
 
 #: Plan keys kept as the evidence the command saw.
 _EVIDENCE_KEYS = ("reason", "reason_text", "start_time_ms", "start_time", "start_time_source",
@@ -136,12 +134,9 @@ def record_action(action: str, args: argparse.Namespace,
 
 
 def _log_line(entry: Mapping[str, Any]) -> None:
-    line = json.dumps(entry, sort_keys=True, default=str)
-    if not log.handlers and not logging.getLogger().handlers:
-        # The operator commands do not set up logging: the audit line still goes out.
-        print(line, file=sys.stderr)
-    else:
-        log.info("%s", line)
+    """One JSON line on stderr (the operator commands' channel for notes; stdout carries the
+    command's own output, which scripts parse)."""
+    print(json.dumps(entry, sort_keys=True, default=str), file=sys.stderr, flush=True)
 
 
 def action_row(entry: Mapping[str, Any]) -> Row:

@@ -169,14 +169,19 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def run_report(history: HistoryConfig, spark_config: SparkConfig, *, from_ms: int, to_ms: int,
                cluster: str | None, now_ms: int) -> dict[str, Any]:
+    from pyspark import SparkContext
+
     from exporter.history.report import build_report
     from exporter.history.store import HistoryStore
     from exporter.pipeline.session import spark_session, stop
 
+    # A session already running in this process (a test's, an embedding program's) is
+    # reused by getOrCreate and must not be stopped here.
+    existed = SparkContext._active_spark_context is not None
     spark = spark_session(spark_config)
     try:
         return build_report(HistoryStore(spark, history), from_ms=from_ms, to_ms=to_ms,
                             cluster=cluster, now_ms=now_ms)
     finally:
-        if not spark_config.connect_url:
+        if not existed and not spark_config.connect_url:
             stop(spark)

@@ -15,8 +15,8 @@ from exporter.history.config import HistoryConfig
 from exporter.history.rows import Row
 from exporter.history.store import HistoryStore
 from exporter.history.writer import HistoryWriter
-from tests.unit.history_fixtures import scenario
 from tests.unit.history_fixtures import make as make_cycle
+from tests.unit.history_fixtures import scenario
 
 
 class MemoryStore(HistoryStore):
@@ -60,7 +60,7 @@ def writer(stores: list[MemoryStore], clock: Clock | None = None, **config: Any)
         stores.append(store)
         return store
 
-    return HistoryWriter(HistoryConfig(path="/unused", **config), lambda: object(),
+    return HistoryWriter(HistoryConfig(path="/unused", **config), object,
                          clock=clock or Clock(), store_factory=factory, start=False)
 
 
@@ -86,7 +86,7 @@ def test_the_buffer_is_bounded_and_drops_the_oldest_cycles_visibly(
     assert w.cycles_dropped == 5
     assert "history buffer full" in caplog.text
     assert w.flush_once()
-    assert sorted(r[2] for r in stores[0].data["cycles"]) == sorted(
+    assert sorted(int(str(r[2])) for r in stores[0].data["cycles"]) == sorted(
         c.at_ms for c in scenario()[-3:])
 
 
@@ -161,7 +161,7 @@ def test_the_thread_writes_in_the_background_and_close_flushes() -> None:
         stores.append(store)
         return store
 
-    w = HistoryWriter(HistoryConfig(path="/unused", batch_cycles=100), lambda: object(),
+    w = HistoryWriter(HistoryConfig(path="/unused", batch_cycles=100), object,
                       store_factory=factory)
     feed(w)  # fewer than batch_cycles: waits for close
     w.close(timeout_s=10)
