@@ -15,6 +15,8 @@ command -v mvn >/dev/null || need_apt+=(maven)
 command -v promtool >/dev/null || need_apt+=(prometheus)
 command -v prometheus-alertmanager >/dev/null || need_apt+=(prometheus-alertmanager)
 command -v go >/dev/null || [ -x "$CACHE/bin/helm" ] || need_apt+=(golang-go)
+# Headless Chromium: the history test opens the HTML report and checks its plots render.
+command -v chromium >/dev/null || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
