@@ -45,41 +45,66 @@ DAY_MS = 86_400_000
 T0 = 1_795_000_000_000
 
 
-def cycle(at_ms: int, partitions: int, lagging: int, stored: int,
-          ongoing: int) -> tuple[ClusterSnapshot, CycleResult]:
+def cycle(
+    at_ms: int, partitions: int, lagging: int, stored: int, ongoing: int
+) -> tuple[ClusterSnapshot, CycleResult]:
     """One cycle of a cluster with ``partitions`` partitions (20 topics), ``lagging`` of them
     with LSO lag, ``stored`` late/hanging transactions and ``ongoing`` ordinary ones."""
     names = [(f"topic-{p % 20:02d}", p // 20) for p in range(partitions)]
-    open_ = names[:stored + ongoing]
-    producers = tuple(ProducerState(t, p, 1, 1000 + i, 0, 0, at_ms - 60_000, 0, 10)
-                      for i, (t, p) in enumerate(open_))
-    findings = tuple(Finding(
-        topic=t, partition=p, broker_id=1, producer_id=1000 + i, producer_epoch=0,
-        coordinator_epoch=0, start_offset=10, last_timestamp_ms=at_ms - 60_000,
-        start_time_ms=at_ms - 3_600_000, start_time_source=StartTimeSource.COORDINATOR,
-        duration_ms=3_600_000, txn_class=TxnClass.LATE if i < stored else TxnClass.ONGOING,
-        late=i < stored, transactional_id=f"app-{i}", coordinator_id=1,
-        coordinator_state="Ongoing", transaction_timeout_ms=60_000)
-        for i, (t, p) in enumerate(open_))
+    open_ = names[: stored + ongoing]
+    producers = tuple(
+        ProducerState(t, p, 1, 1000 + i, 0, 0, at_ms - 60_000, 0, 10) for i, (t, p) in enumerate(open_)
+    )
+    findings = tuple(
+        Finding(
+            topic=t,
+            partition=p,
+            broker_id=1,
+            producer_id=1000 + i,
+            producer_epoch=0,
+            coordinator_epoch=0,
+            start_offset=10,
+            last_timestamp_ms=at_ms - 60_000,
+            start_time_ms=at_ms - 3_600_000,
+            start_time_source=StartTimeSource.COORDINATOR,
+            duration_ms=3_600_000,
+            txn_class=TxnClass.LATE if i < stored else TxnClass.ONGOING,
+            late=i < stored,
+            transactional_id=f"app-{i}",
+            coordinator_id=1,
+            coordinator_state="Ongoing",
+            transaction_timeout_ms=60_000,
+        )
+        for i, (t, p) in enumerate(open_)
+    )
     snapshot = ClusterSnapshot(
-        cluster="bench", taken_at_ms=at_ms - 1000,
-        partitions=tuple(PartitionOffsets(t, p, 1, 1000, 1000 - (7 if i < lagging else 0))
-                         for i, (t, p) in enumerate(names)),
-        producers=producers)
+        cluster="bench",
+        taken_at_ms=at_ms - 1000,
+        partitions=tuple(
+            PartitionOffsets(t, p, 1, 1000, 1000 - (7 if i < lagging else 0))
+            for i, (t, p) in enumerate(names)
+        ),
+        producers=producers,
+    )
     result = CycleResult(
-        cluster="bench", computed_at_ms=at_ms,
-        partitions=tuple(PartitionMetrics(t, p, 1, 7 if i < lagging else 0,
-                                          3_600_000 if i < stored + ongoing else None)
-                         for i, (t, p) in enumerate(names)),
+        cluster="bench",
+        computed_at_ms=at_ms,
+        partitions=tuple(
+            PartitionMetrics(t, p, 1, 7 if i < lagging else 0, 3_600_000 if i < stored + ongoing else None)
+            for i, (t, p) in enumerate(names)
+        ),
         findings=findings,
-        open_transactions_by_class=((TxnClass.LATE, stored), (TxnClass.ONGOING, ongoing)))
+        open_transactions_by_class=((TxnClass.LATE, stored), (TxnClass.ONGOING, ongoing)),
+    )
     return snapshot, result
 
 
 def bench_write(spark: Any, root: Path, args: argparse.Namespace) -> None:
     lagging = int(args.partitions * args.lagging)
-    cycles = [cycle(T0 + i * 30_000, args.partitions, lagging, args.stored, args.ongoing)
-              for i in range(args.cycles)]
+    cycles = [
+        cycle(T0 + i * 30_000, args.partitions, lagging, args.stored, args.ongoing)
+        for i in range(args.cycles)
+    ]
     writer = HistoryWriter(HistoryConfig(path=str(root / "write")), lambda: spark, start=False)
     writer(*cycles[0])
     writer.flush_once()  # warm: the first append pays for code generation
@@ -92,12 +117,18 @@ def bench_write(spark: Any, root: Path, args: argparse.Namespace) -> None:
         started = time.perf_counter()
         writer.flush_once()
         thread_ms.append((time.perf_counter() - started) * 1000)
-    print(f"write cost per cycle at {args.partitions} partitions ({lagging} lagging, "
-          f"{args.stored} late, {args.ongoing} ongoing), {len(listener_ms)} cycles:")
-    print(f"  added to the cycle (listener call): median {statistics.median(listener_ms):.3f} ms, "
-          f"max {max(listener_ms):.3f} ms   target <= 50 ms (or fully off the cycle's path)")
-    print(f"  writer thread, off the cycle's path: median {statistics.median(thread_ms):.0f} ms, "
-          f"max {max(thread_ms):.0f} ms per cycle (rows + {len(BY_NAME) - 1} Spark appends)")
+    print(
+        f"write cost per cycle at {args.partitions} partitions ({lagging} lagging, "
+        f"{args.stored} late, {args.ongoing} ongoing), {len(listener_ms)} cycles:"
+    )
+    print(
+        f"  added to the cycle (listener call): median {statistics.median(listener_ms):.3f} ms, "
+        f"max {max(listener_ms):.3f} ms   target <= 50 ms (or fully off the cycle's path)"
+    )
+    print(
+        f"  writer thread, off the cycle's path: median {statistics.median(thread_ms):.0f} ms, "
+        f"max {max(thread_ms):.0f} ms per cycle (rows + {len(BY_NAME) - 1} Spark appends)"
+    )
 
 
 def bench_bytes(spark: Any, root: Path, args: argparse.Namespace) -> None:
@@ -106,18 +137,19 @@ def bench_bytes(spark: Any, root: Path, args: argparse.Namespace) -> None:
     per_dataset: dict[str, list[tuple[object, ...]]] = {}
     hour_cycles = 3_600_000 // 30_000
     for i in range(hour_cycles):
-        snapshot, result = cycle(T0 + i * 30_000, args.partitions, lagging, args.stored,
-                                 args.ongoing)
+        snapshot, result = cycle(T0 + i * 30_000, args.partitions, lagging, args.stored, args.ongoing)
         for name, r in rows.rows(snapshot, result).items():
             per_dataset.setdefault(name, []).extend(r)
     store = HistoryStore(spark, HistoryConfig(path=str(root / "bytes")))
     for name, r in per_dataset.items():
         store.append(name, r)  # one append per dataset = what compaction leaves per hour
     total = sum(f.stat().st_size for f in (root / "bytes").rglob("*.parquet"))
-    print(f"bytes on disk per day at {args.partitions} partitions / 30 s interval "
-          f"({lagging} partitions lagging and {args.stored} late transactions all day): "
-          f"{total * 24 / 1e6:.1f} MB/day ({total / 1e3:.0f} kB per compacted hour x 24); "
-          f"30 days: {total * 24 * 30 / 1e9:.2f} GB   target: reported (chart default 2Gi)")
+    print(
+        f"bytes on disk per day at {args.partitions} partitions / 30 s interval "
+        f"({lagging} partitions lagging and {args.stored} late transactions all day): "
+        f"{total * 24 / 1e6:.1f} MB/day ({total / 1e3:.0f} kB per compacted hour x 24); "
+        f"30 days: {total * 24 * 30 / 1e9:.2f} GB   target: reported (chart default 2Gi)"
+    )
 
 
 def synthetic_week(spark: Any, base: str, args: argparse.Namespace) -> None:
@@ -127,68 +159,119 @@ def synthetic_week(spark: Any, base: str, args: argparse.Namespace) -> None:
 
     cycles_n = 7 * 2880
     lagging = int(args.partitions * args.lagging)
-    cyc = spark.range(cycles_n).select(
-        (F.lit(T0) + F.col("id") * 30_000).alias("cycle_ms"))
+    cyc = spark.range(cycles_n).select((F.lit(T0) + F.col("id") * 30_000).alias("cycle_ms"))
 
     def date(col: str) -> Any:
         return F.date_format((F.col(col) / 1000).cast("timestamp"), "yyyy-MM-dd")
 
     def write(name: str, frame: Any) -> None:
         names = BY_NAME[name].names
-        (frame.withColumn("cluster", F.lit("bench"))
-         .withColumn("date", date(BY_NAME[name].time_column)).select(*names)
-         .repartition(*PARTITION_COLUMNS).write.mode("overwrite")
-         .partitionBy(*PARTITION_COLUMNS).parquet(f"{base}/{name}"))
+        (
+            frame.withColumn("cluster", F.lit("bench"))
+            .withColumn("date", date(BY_NAME[name].time_column))
+            .select(*names)
+            .repartition(*PARTITION_COLUMNS)
+            .write.mode("overwrite")
+            .partitionBy(*PARTITION_COLUMNS)
+            .parquet(f"{base}/{name}")
+        )
 
-    write("cycles", cyc.select(
-        "cycle_ms", (F.col("cycle_ms") - 1000).alias("snapshot_ms"),
-        F.when(F.col("cycle_ms") % 97 == 0, "partial").otherwise("complete").alias("outcome"),
-        F.lit(0).alias("errors"), F.lit(args.partitions).alias("partitions"),
-        F.lit(lagging).alias("lagging_partitions"), F.lit(7).cast("long").alias("max_lso_lag"),
-        *[F.lit(n).alias(c) for c, n in (("open_ongoing", args.ongoing), ("open_late", 1),
-                                         ("open_suspected_hanging", 0), ("open_hanging", 1),
-                                         ("open_two_phase_commit", 0), ("open_unknown", 0))]))
-    write("lso_lag", cyc.crossJoin(spark.range(lagging).withColumnRenamed("id", "p")).select(
-        "cycle_ms", F.concat(F.lit("topic-"), F.lpad((F.col("p") % 20).cast("string"), 2, "0"))
-        .alias("topic"), (F.col("p") / 20).cast("int").alias("partition"),
-        F.lit(1).alias("leader"), ((F.col("cycle_ms") / 30_000 + F.col("p")) % 50 + 1)
-        .cast("long").alias("lso_lag"),
-        F.lit(3_600_000).cast("long").alias("max_active_transaction_duration_ms")))
+    write(
+        "cycles",
+        cyc.select(
+            "cycle_ms",
+            (F.col("cycle_ms") - 1000).alias("snapshot_ms"),
+            F.when(F.col("cycle_ms") % 97 == 0, "partial").otherwise("complete").alias("outcome"),
+            F.lit(0).alias("errors"),
+            F.lit(args.partitions).alias("partitions"),
+            F.lit(lagging).alias("lagging_partitions"),
+            F.lit(7).cast("long").alias("max_lso_lag"),
+            *[
+                F.lit(n).alias(c)
+                for c, n in (
+                    ("open_ongoing", args.ongoing),
+                    ("open_late", 1),
+                    ("open_suspected_hanging", 0),
+                    ("open_hanging", 1),
+                    ("open_two_phase_commit", 0),
+                    ("open_unknown", 0),
+                )
+            ],
+        ),
+    )
+    write(
+        "lso_lag",
+        cyc.crossJoin(spark.range(lagging).withColumnRenamed("id", "p")).select(
+            "cycle_ms",
+            F.concat(F.lit("topic-"), F.lpad((F.col("p") % 20).cast("string"), 2, "0")).alias("topic"),
+            (F.col("p") / 20).cast("int").alias("partition"),
+            F.lit(1).alias("leader"),
+            ((F.col("cycle_ms") / 30_000 + F.col("p")) % 50 + 1).cast("long").alias("lso_lag"),
+            F.lit(3_600_000).cast("long").alias("max_active_transaction_duration_ms"),
+        ),
+    )
     span = 360  # cycles an incident lasts (3 hours)
-    txn = (spark.range(args.incidents).withColumnRenamed("id", "i")
-           .crossJoin(spark.range(span).withColumnRenamed("id", "k"))
-           .select("i", (F.lit(T0) + ((F.col("i") * (cycles_n - span) / args.incidents)
-                                      .cast("long") + F.col("k")) * 30_000).alias("cycle_ms"),
-                   "k"))
-    write("transactions", txn.select(
-        "cycle_ms", F.concat(F.lit("topic-"), F.lpad((F.col("i") % 20).cast("string"), 2, "0"))
-        .alias("topic"), (F.col("i") / 20).cast("int").alias("partition"),
-        F.lit(1).alias("broker_id"), (F.lit(5000) + F.col("i")).alias("producer_id"),
-        F.lit(0).alias("producer_epoch"), F.lit(0).alias("coordinator_epoch"),
-        F.lit(10).cast("long").alias("start_offset"),
-        F.when(F.col("i") % 2 == 0, F.concat(F.lit("app-"), F.col("i").cast("string")))
-        .alias("transactional_id"), F.lit(None).cast("string").alias("application"),
-        F.when(F.col("i") % 2 == 0, "late")
-        .when(F.col("k") < 1, "suspected_hanging").otherwise("hanging").alias("txn_class"),
-        (F.col("i") % 2 == 0).alias("late"), F.lit(None).cast("string").alias("reason"),
-        (F.col("cycle_ms") - F.col("k") * 30_000 - 1_500_000).alias("start_time_ms"),
-        F.lit("coordinator").alias("start_time_source"),
-        (F.col("k") * 30_000 + 1_500_000).alias("duration_ms"), F.lit(1).alias("coordinator_id"),
-        F.lit("Ongoing").alias("coordinator_state"),
-        F.lit(60_000).cast("long").alias("transaction_timeout_ms"),
-        (F.col("cycle_ms") - 60_000).alias("last_timestamp_ms")))
-    write("closed", txn.where(F.col("k") == span - 1).select(
-        (F.col("cycle_ms") + 30_000).alias("cycle_ms"),
-        F.concat(F.lit("topic-"), F.lpad((F.col("i") % 20).cast("string"), 2, "0"))
-        .alias("topic"), (F.col("i") / 20).cast("int").alias("partition"),
-        (F.lit(5000) + F.col("i")).alias("producer_id"), F.lit(0).alias("producer_epoch"),
-        F.lit(10).cast("long").alias("start_offset"),
-        F.when(F.col("i") % 2 == 0, F.concat(F.lit("app-"), F.col("i").cast("string")))
-        .alias("transactional_id"),
-        F.when(F.col("i") % 2 == 0, "late").otherwise("hanging").alias("last_class"),
-        F.col("cycle_ms").alias("last_seen_ms"),
-        F.when(F.col("i") % 2 == 0, "committed").otherwise("no_coordinator").alias("end"),
-        F.lit(None).cast("string").alias("coordinator_state")))
+    txn = (
+        spark.range(args.incidents)
+        .withColumnRenamed("id", "i")
+        .crossJoin(spark.range(span).withColumnRenamed("id", "k"))
+        .select(
+            "i",
+            (
+                F.lit(T0)
+                + ((F.col("i") * (cycles_n - span) / args.incidents).cast("long") + F.col("k")) * 30_000
+            ).alias("cycle_ms"),
+            "k",
+        )
+    )
+    write(
+        "transactions",
+        txn.select(
+            "cycle_ms",
+            F.concat(F.lit("topic-"), F.lpad((F.col("i") % 20).cast("string"), 2, "0")).alias("topic"),
+            (F.col("i") / 20).cast("int").alias("partition"),
+            F.lit(1).alias("broker_id"),
+            (F.lit(5000) + F.col("i")).alias("producer_id"),
+            F.lit(0).alias("producer_epoch"),
+            F.lit(0).alias("coordinator_epoch"),
+            F.lit(10).cast("long").alias("start_offset"),
+            F.when(F.col("i") % 2 == 0, F.concat(F.lit("app-"), F.col("i").cast("string"))).alias(
+                "transactional_id"
+            ),
+            F.lit(None).cast("string").alias("application"),
+            F.when(F.col("i") % 2 == 0, "late")
+            .when(F.col("k") < 1, "suspected_hanging")
+            .otherwise("hanging")
+            .alias("txn_class"),
+            (F.col("i") % 2 == 0).alias("late"),
+            F.lit(None).cast("string").alias("reason"),
+            (F.col("cycle_ms") - F.col("k") * 30_000 - 1_500_000).alias("start_time_ms"),
+            F.lit("coordinator").alias("start_time_source"),
+            (F.col("k") * 30_000 + 1_500_000).alias("duration_ms"),
+            F.lit(1).alias("coordinator_id"),
+            F.lit("Ongoing").alias("coordinator_state"),
+            F.lit(60_000).cast("long").alias("transaction_timeout_ms"),
+            (F.col("cycle_ms") - 60_000).alias("last_timestamp_ms"),
+        ),
+    )
+    write(
+        "closed",
+        txn.where(F.col("k") == span - 1).select(
+            (F.col("cycle_ms") + 30_000).alias("cycle_ms"),
+            F.concat(F.lit("topic-"), F.lpad((F.col("i") % 20).cast("string"), 2, "0")).alias("topic"),
+            (F.col("i") / 20).cast("int").alias("partition"),
+            (F.lit(5000) + F.col("i")).alias("producer_id"),
+            F.lit(0).alias("producer_epoch"),
+            F.lit(10).cast("long").alias("start_offset"),
+            F.when(F.col("i") % 2 == 0, F.concat(F.lit("app-"), F.col("i").cast("string"))).alias(
+                "transactional_id"
+            ),
+            F.when(F.col("i") % 2 == 0, "late").otherwise("hanging").alias("last_class"),
+            F.col("cycle_ms").alias("last_seen_ms"),
+            F.when(F.col("i") % 2 == 0, "committed").otherwise("no_coordinator").alias("end"),
+            F.lit(None).cast("string").alias("coordinator_state"),
+        ),
+    )
 
 
 def bench_report(spark: Any, root: Path, args: argparse.Namespace) -> None:
@@ -204,16 +287,19 @@ def bench_report(spark: Any, root: Path, args: argparse.Namespace) -> None:
         started = time.perf_counter()
         report = build_report(store, from_ms=T0, to_ms=T0 + 7 * DAY_MS, cluster="bench")
         times.append(time.perf_counter() - started)
-    print(f"report over 7 days ({len(report['incidents'])} incidents, "
-          f"{len(report['topics'])} topics) on local[2]: "
-          f"{', '.join(f'{t:.1f} s' for t in times)}   target <= 20 s")
+    print(
+        f"report over 7 days ({len(report['incidents'])} incidents, "
+        f"{len(report['topics'])} topics) on local[2]: "
+        f"{', '.join(f'{t:.1f} s' for t in times)}   target <= 20 s"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=10_000)
-    parser.add_argument("--lagging", type=float, default=0.02,
-                        help="fraction of partitions with LSO lag > 0 (default 0.02)")
+    parser.add_argument(
+        "--lagging", type=float, default=0.02, help="fraction of partitions with LSO lag > 0 (default 0.02)"
+    )
     parser.add_argument("--stored", type=int, default=20, help="late transactions per cycle")
     parser.add_argument("--ongoing", type=int, default=200, help="ongoing transactions")
     parser.add_argument("--cycles", type=int, default=11, help="cycles timed for the write cost")
@@ -223,8 +309,7 @@ def main() -> None:
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
-    spark = spark_session(SparkConfig(master="local[2]", app_name="history-bench",
-                                      driver_memory="1g"))
+    spark = spark_session(SparkConfig(master="local[2]", app_name="history-bench", driver_memory="1g"))
     try:
         with tempfile.TemporaryDirectory(prefix="kte-history-bench-") as tmp:
             root = Path(tmp)

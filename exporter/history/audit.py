@@ -32,17 +32,27 @@ from exporter.history.rows import Row, utc_date
 from exporter.history.schema import ACTIONS
 
 #: Plan keys kept as the evidence the command saw.
-_EVIDENCE_KEYS = ("reason", "reason_text", "start_time_ms", "start_time", "start_time_source",
-                  "age_ms", "leader", "coordinator_epoch", "high_watermark_before", "before",
-                  "after", "high_watermark_after")
+_EVIDENCE_KEYS = (
+    "reason",
+    "reason_text",
+    "start_time_ms",
+    "start_time",
+    "start_time_source",
+    "age_ms",
+    "leader",
+    "coordinator_epoch",
+    "high_watermark_before",
+    "before",
+    "after",
+    "high_watermark_after",
+)
 
 
 #: For commands run with --bootstrap-server: the history to append the audit rows to.
 HISTORY_ENV = "KAFKA_TXN_EXPORTER_HISTORY"
 
 
-def history_of(config_file: str | None,
-               env: Mapping[str, str] | None = None) -> HistoryConfig | None:
+def history_of(config_file: str | None, env: Mapping[str, str] | None = None) -> HistoryConfig | None:
     """The history the audit row goes to: the ``history:`` section of ``--config.file``,
     else the path in ``$KAFKA_TXN_EXPORTER_HISTORY``; None when neither (only logged)."""
     raw: object = None
@@ -57,13 +67,22 @@ def history_of(config_file: str | None,
         raw = {"path": path} if path else None
     history, problems = parse_history_section(raw)
     if problems:
-        print("kafka-txn-exporter: audit: the history is misconfigured, the action is only "
-              f"logged: {'; '.join(problems)}", file=sys.stderr)
+        print(
+            "kafka-txn-exporter: audit: the history is misconfigured, the action is only "
+            f"logged: {'; '.join(problems)}",
+            file=sys.stderr,
+        )
     return history
 
 
-def audit_entry(action: str, plan: Mapping[str, Any], *, cluster: str,
-                properties: Mapping[str, str], now_ms: int | None = None) -> dict[str, Any]:
+def audit_entry(
+    action: str,
+    plan: Mapping[str, Any],
+    *,
+    cluster: str,
+    properties: Mapping[str, str],
+    now_ms: int | None = None,
+) -> dict[str, Any]:
     """The audit record of one run, from the command's plan (the JSON it printed)."""
     at = int(time.time() * 1000) if now_ms is None else now_ms
     raw_before = plan.get("before")
@@ -71,25 +90,39 @@ def audit_entry(action: str, plan: Mapping[str, Any], *, cluster: str,
     result = str(plan.get("result", "unknown"))
     dry = result == "dry_run"
     if action == "abort":
-        written = ("nothing (dry run)" if dry else
-                   f"WriteTxnMarkers ABORT to broker {plan.get('leader')} for producer id "
-                   f"{plan.get('producer_id')}, epoch {plan.get('producer_epoch')}, coordinator "
-                   f"epoch {plan.get('coordinator_epoch')} on {plan.get('topic')}-"
-                   f"{plan.get('partition')}")
-        target = {"topic": plan.get("topic"), "partition": plan.get("partition"),
-                  "producer_id": plan.get("producer_id"),
-                  "producer_epoch": plan.get("producer_epoch"),
-                  "start_offset": plan.get("start_offset"),
-                  "transactional_id": plan.get("transactional_id")}
+        written = (
+            "nothing (dry run)"
+            if dry
+            else f"WriteTxnMarkers ABORT to broker {plan.get('leader')} for producer id "
+            f"{plan.get('producer_id')}, epoch {plan.get('producer_epoch')}, coordinator "
+            f"epoch {plan.get('coordinator_epoch')} on {plan.get('topic')}-"
+            f"{plan.get('partition')}"
+        )
+        target = {
+            "topic": plan.get("topic"),
+            "partition": plan.get("partition"),
+            "producer_id": plan.get("producer_id"),
+            "producer_epoch": plan.get("producer_epoch"),
+            "start_offset": plan.get("start_offset"),
+            "transactional_id": plan.get("transactional_id"),
+        }
     else:
-        written = ("nothing (dry run)" if dry else
-                   f"InitProducerId(keepPreparedTxn=false) for transactional id "
-                   f"{before.get('transactional_id')!r} at coordinator broker "
-                   f"{before.get('coordinator_id')}: new producer epoch "
-                   f"{plan.get('new_producer_epoch')}")
-        target = {"topic": None, "partition": None, "producer_id": before.get("producer_id"),
-                  "producer_epoch": before.get("producer_epoch"), "start_offset": None,
-                  "transactional_id": before.get("transactional_id")}
+        written = (
+            "nothing (dry run)"
+            if dry
+            else f"InitProducerId(keepPreparedTxn=false) for transactional id "
+            f"{before.get('transactional_id')!r} at coordinator broker "
+            f"{before.get('coordinator_id')}: new producer epoch "
+            f"{plan.get('new_producer_epoch')}"
+        )
+        target = {
+            "topic": None,
+            "partition": None,
+            "producer_id": before.get("producer_id"),
+            "producer_epoch": before.get("producer_epoch"),
+            "start_offset": None,
+            "transactional_id": before.get("transactional_id"),
+        }
     evidence = {k: plan[k] for k in _EVIDENCE_KEYS if k in plan}
     return {
         "audit": action,
@@ -108,8 +141,7 @@ def audit_entry(action: str, plan: Mapping[str, Any], *, cluster: str,
     }
 
 
-def record_action(action: str, args: argparse.Namespace,
-                  plan: Mapping[str, Any]) -> dict[str, Any]:
+def record_action(action: str, args: argparse.Namespace, plan: Mapping[str, Any]) -> dict[str, Any]:
     """Record one run of ``abort`` / ``force-terminate`` from the command's flags and plan
     (the JSON it prints). Never raises: auditing never turns a done action into a failure."""
     try:
@@ -127,8 +159,11 @@ def record_action(action: str, args: argparse.Namespace,
             entry["history"] = "written"
         except Exception as e:
             entry["history"] = f"not written: {type(e).__name__}"
-            print(f"kafka-txn-exporter: audit: could not append to the history at "
-                  f"{history.redacted_path}: {type(e).__name__}: {e}", file=sys.stderr)
+            print(
+                f"kafka-txn-exporter: audit: could not append to the history at "
+                f"{history.redacted_path}: {type(e).__name__}: {e}",
+                file=sys.stderr,
+            )
     _log_line(entry)
     return entry
 
@@ -140,12 +175,27 @@ def _log_line(entry: Mapping[str, Any]) -> None:
 
 
 def action_row(entry: Mapping[str, Any]) -> Row:
-    return (entry["cluster"], utc_date(entry["at_ms"]), entry["at_ms"], entry["audit"],
-            entry["dry_run"], entry["result"], entry["os_user"], entry["principal"],
-            entry["host"], entry["topic"], entry["partition"], entry["producer_id"],
-            entry["producer_epoch"], entry["start_offset"], entry["transactional_id"],
-            json.dumps(entry["evidence"], sort_keys=True, default=str), entry["written"],
-            entry["lso_before"], entry["lso_after"])
+    return (
+        entry["cluster"],
+        utc_date(entry["at_ms"]),
+        entry["at_ms"],
+        entry["audit"],
+        entry["dry_run"],
+        entry["result"],
+        entry["os_user"],
+        entry["principal"],
+        entry["host"],
+        entry["topic"],
+        entry["partition"],
+        entry["producer_id"],
+        entry["producer_epoch"],
+        entry["start_offset"],
+        entry["transactional_id"],
+        json.dumps(entry["evidence"], sort_keys=True, default=str),
+        entry["written"],
+        entry["lso_before"],
+        entry["lso_after"],
+    )
 
 
 def append_action(history: HistoryConfig, entry: Mapping[str, Any]) -> None:
@@ -158,8 +208,7 @@ def append_action(history: HistoryConfig, entry: Mapping[str, Any]) -> None:
         from exporter.history.store import arrow_rows
 
         table = arrow_rows(ACTIONS, [row]).drop_columns(["cluster", "date"])
-        directory = (Path(history.local_path) / ACTIONS.name / f"cluster={row[0]}"
-                     / f"date={row[1]}")
+        directory = Path(history.local_path) / ACTIONS.name / f"cluster={row[0]}" / f"date={row[1]}"
         directory.mkdir(parents=True, exist_ok=True)
         name = f"part-audit-{uuid.uuid4().hex}.parquet"
         tmp = directory / f".{name}.tmp"  # hidden from readers until renamed
@@ -185,5 +234,4 @@ def _os_user() -> str:
 
 
 def _int_or_none(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
-        else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None

@@ -49,7 +49,7 @@ class HistoryConfig:
     @property
     def local_path(self) -> str:
         """The directory of a local history (``file://`` stripped)."""
-        return self.path[len("file://"):] if self.path.startswith("file://") else self.path
+        return self.path[len("file://") :] if self.path.startswith("file://") else self.path
 
     @property
     def redacted_path(self) -> str:
@@ -71,13 +71,13 @@ def parse_history_section(raw: object) -> tuple[HistoryConfig | None, list[str]]
         problems.append(f"history.{key}: unknown key (allowed: {', '.join(sorted(KEYS))})")
     path = raw.get("path")
     if path is None:
-        problems.append("history.path: required (a directory or a file system URL such as "
-                        "s3a://bucket/prefix)")
+        problems.append(
+            "history.path: required (a directory or a file system URL such as s3a://bucket/prefix)"
+        )
     elif not isinstance(path, str) or not path.strip():
         problems.append("history.path: must be a non-empty string")
     retention = _duration(raw, "retention", DEFAULT_RETENTION_MS, problems, minimum=DAY_MS)
-    compact = _duration(raw, "compact_every", DEFAULT_COMPACT_EVERY_MS, problems,
-                        minimum=60_000)
+    compact = _duration(raw, "compact_every", DEFAULT_COMPACT_EVERY_MS, problems, minimum=60_000)
     buffer_cycles = _int(raw, "buffer_cycles", DEFAULT_BUFFER_CYCLES, 1, 100_000, problems)
     batch_cycles = _int(raw, "batch_cycles", DEFAULT_BATCH_CYCLES, 1, 1_000, problems)
     if not problems and batch_cycles > buffer_cycles:
@@ -85,13 +85,16 @@ def parse_history_section(raw: object) -> tuple[HistoryConfig | None, list[str]]
     if problems:
         return None, problems
     assert isinstance(path, str)
-    return HistoryConfig(path=path.strip().rstrip("/") or "/", retention_ms=retention,
-                         compact_every_ms=compact, buffer_cycles=buffer_cycles,
-                         batch_cycles=batch_cycles), []
+    return HistoryConfig(
+        path=path.strip().rstrip("/") or "/",
+        retention_ms=retention,
+        compact_every_ms=compact,
+        buffer_cycles=buffer_cycles,
+        batch_cycles=batch_cycles,
+    ), []
 
 
-def _duration(raw: dict[Any, Any], key: str, default: int, problems: list[str], *,
-              minimum: int) -> int:
+def _duration(raw: dict[Any, Any], key: str, default: int, problems: list[str], *, minimum: int) -> int:
     if key not in raw:
         return default
     try:
@@ -104,8 +107,7 @@ def _duration(raw: dict[Any, Any], key: str, default: int, problems: list[str], 
     return value
 
 
-def _int(raw: dict[Any, Any], key: str, default: int, low: int, high: int,
-         problems: list[str]) -> int:
+def _int(raw: dict[Any, Any], key: str, default: int, low: int, high: int, problems: list[str]) -> int:
     if key not in raw:
         return default
     value = raw[key]

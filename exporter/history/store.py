@@ -33,9 +33,9 @@ STAGING = "_staging"
 def arrow_rows(dataset: Dataset, rows: Sequence[Row]) -> pa.Table:
     schema = dataset.arrow_schema()
     columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
-    return pa.Table.from_arrays([pa.array(col, type=f.type) for col, f in zip(columns, schema,
-                                                                             strict=True)],
-                                schema=schema)
+    return pa.Table.from_arrays(
+        [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)], schema=schema
+    )
 
 
 class HistoryStore:
@@ -55,8 +55,12 @@ class HistoryStore:
             return
         dataset = BY_NAME[name]
         frame = self.spark.createDataFrame(arrow_rows(dataset, rows), spark_schema(dataset))
-        (frame.coalesce(1).write.mode("append").partitionBy(*PARTITION_COLUMNS)
-         .parquet(self.dataset_path(name)))
+        (
+            frame.coalesce(1)
+            .write.mode("append")
+            .partitionBy(*PARTITION_COLUMNS)
+            .parquet(self.dataset_path(name))
+        )
 
     def compact(self, name: str, cluster: str, date: str) -> int:
         """Rewrite one partition as about one file per hour; returns the files it had
@@ -71,12 +75,20 @@ class HistoryStore:
         if hours == 0 or len(files) <= hours:
             return 0
         staging = f"{self.base}/{STAGING}/{name}"
-        (part.repartitionByRange(hours, bucket).write.mode("overwrite")
-         .partitionBy(*PARTITION_COLUMNS).parquet(staging))
+        (
+            part.repartitionByRange(hours, bucket)
+            .write.mode("overwrite")
+            .partitionBy(*PARTITION_COLUMNS)
+            .parquet(staging)
+        )
         staged = self.spark.read.schema(dataset.spark_ddl()).parquet(staging)
-        (staged.repartitionByRange(hours, bucket).write.mode("overwrite")
-         .option("partitionOverwriteMode", "dynamic")
-         .partitionBy(*PARTITION_COLUMNS).parquet(self.dataset_path(name)))
+        (
+            staged.repartitionByRange(hours, bucket)
+            .write.mode("overwrite")
+            .option("partitionOverwriteMode", "dynamic")
+            .partitionBy(*PARTITION_COLUMNS)
+            .parquet(self.dataset_path(name))
+        )
         return len(files)
 
     def drop_before(self, cutoff_date: str, datasets: Iterable[Dataset]) -> list[str]:
@@ -101,9 +113,11 @@ class HistoryStore:
         """One dataset as a DataFrame (empty when nothing was ever written)."""
         dataset = BY_NAME[name]
         try:
-            return (self.spark.read.schema(dataset.spark_ddl())
-                    .option("basePath", self.dataset_path(name))
-                    .parquet(self.dataset_path(name)))
+            return (
+                self.spark.read.schema(dataset.spark_ddl())
+                .option("basePath", self.dataset_path(name))
+                .parquet(self.dataset_path(name))
+            )
         except Exception as e:  # AnalysisException PATH_NOT_FOUND: an empty dataset
             if "PATH_NOT_FOUND" in str(e) or "does not exist" in str(e):
                 return self.spark.createDataFrame([], spark_schema(dataset))
@@ -126,8 +140,10 @@ class _FileSystem:
             return cls(jvm, spark._jsc.hadoopConfiguration(), False)
         if config.is_local:
             return cls(None, None, True)
-        raise RuntimeError("retention on a remote history needs a classic Spark session "
-                           "(Spark Connect clients have no file system access)")
+        raise RuntimeError(
+            "retention on a remote history needs a classic Spark session "
+            "(Spark Connect clients have no file system access)"
+        )
 
     def _path(self, path: str) -> Any:
         hp = self._jvm.org.apache.hadoop.fs.Path(path)
@@ -136,8 +152,7 @@ class _FileSystem:
     def children(self, path: str) -> list[str]:
         if self._local:
             local = Path(path.removeprefix("file://"))
-            return [str(p) for p in sorted(local.iterdir()) if p.is_dir()] if local.is_dir() \
-                else []
+            return [str(p) for p in sorted(local.iterdir()) if p.is_dir()] if local.is_dir() else []
         hp, fs = self._path(path)
         if not fs.exists(hp):
             return []
@@ -154,4 +169,3 @@ class _FileSystem:
 #: Datasets the daemon's writer compacts (``actions`` is appended by the CLI, possibly while
 #: the daemon runs: it is never rewritten, so no concurrent append can be lost).
 COMPACTED = tuple(name for name in BY_NAME if name != ACTIONS.name)
-

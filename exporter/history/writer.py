@@ -46,10 +46,15 @@ class _Batch:
 class HistoryWriter:
     """Cycle listener that appends each cycle's facts to the history, off the cycle's path."""
 
-    def __init__(self, config: HistoryConfig, spark_provider: SparkProvider, *,
-                 clock: Callable[[], float] = time.time,
-                 store_factory: Callable[[Any, HistoryConfig], HistoryStore] = HistoryStore,
-                 start: bool = True) -> None:
+    def __init__(
+        self,
+        config: HistoryConfig,
+        spark_provider: SparkProvider,
+        *,
+        clock: Callable[[], float] = time.time,
+        store_factory: Callable[[Any, HistoryConfig], HistoryStore] = HistoryStore,
+        start: bool = True,
+    ) -> None:
         self.config = config
         self._spark_provider = spark_provider
         self._store_factory = store_factory
@@ -104,9 +109,12 @@ class HistoryWriter:
             dropped += 1
         if dropped:
             self.cycles_dropped += dropped
-            log.warning("history buffer full (%d cycles): dropped the oldest %d cycle(s), "
-                        "%d dropped in all", self.config.buffer_cycles, dropped,
-                        self.cycles_dropped)
+            log.warning(
+                "history buffer full (%d cycles): dropped the oldest %d cycle(s), %d dropped in all",
+                self.config.buffer_cycles,
+                dropped,
+                self.cycles_dropped,
+            )
 
     # --- the writer thread ----------------------------------------------------------------
 
@@ -142,8 +150,7 @@ class HistoryWriter:
             try:
                 rows = self._rows.rows(snapshot, result)
             except Exception:  # a bug in the conversion must not stop the writer
-                log.exception("history: could not turn the cycle of %s into rows",
-                              result.cluster)
+                log.exception("history: could not turn the cycle of %s into rows", result.cluster)
                 self.cycles_dropped += 1
                 continue
             with self._cond:
@@ -173,9 +180,13 @@ class HistoryWriter:
         except Exception as e:
             self.writes_failed += 1
             if not self._failing:
-                log.warning("history write to %s failed (%s: %s); %d cycle(s) kept to retry "
-                            "with the next batch", self.config.redacted_path, type(e).__name__,
-                            _first_line(e), len(batches))
+                log.warning(
+                    "history write to %s failed (%s: %s); %d cycle(s) kept to retry with the next batch",
+                    self.config.redacted_path,
+                    type(e).__name__,
+                    _first_line(e),
+                    len(batches),
+                )
                 self._failing = True
             return False
         with self._cond:
@@ -212,13 +223,16 @@ class HistoryWriter:
             dropped = store.drop_before(cutoff, DATASETS)
             self.partitions_dropped += len(dropped)
             if dropped:
-                log.info("history retention: dropped %d partition(s) before %s", len(dropped),
-                         cutoff)
+                log.info("history retention: dropped %d partition(s) before %s", len(dropped), cutoff)
         except Exception as e:
             self.maintenance_failed += 1
             self._touched |= touched
-            log.warning("history compaction/retention failed (%s: %s); retried in %.0f s",
-                        type(e).__name__, _first_line(e), self.config.compact_every_ms / 1000)
+            log.warning(
+                "history compaction/retention failed (%s: %s); retried in %.0f s",
+                type(e).__name__,
+                _first_line(e),
+                self.config.compact_every_ms / 1000,
+            )
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Stop the thread, then write what is pending (one attempt, bounded in time)."""
@@ -228,12 +242,14 @@ class HistoryWriter:
         if self._thread.is_alive():
             self._thread.join(timeout_s)
         if self._thread.is_alive():
-            log.warning("history writer still busy after %.0f s; %d cycle(s) not written",
-                        timeout_s, self.buffered_cycles)
+            log.warning(
+                "history writer still busy after %.0f s; %d cycle(s) not written",
+                timeout_s,
+                self.buffered_cycles,
+            )
             return
         if not self.flush_once() or self.buffered_cycles:
-            log.warning("history: %d cycle(s) could not be written before stopping",
-                        self.buffered_cycles)
+            log.warning("history: %d cycle(s) could not be written before stopping", self.buffered_cycles)
 
     def counters(self) -> dict[str, float]:
         """Every counter by name, for the daemon's /metrics (see docs/history.md)."""

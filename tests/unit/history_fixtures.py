@@ -48,35 +48,53 @@ class Cycle:
 def finding(o: Open, now_ms: int) -> Finding:
     hanging = o.txn_class in (TxnClass.HANGING, TxnClass.SUSPECTED_HANGING)
     return Finding(
-        topic=o.topic, partition=o.partition, broker_id=1, producer_id=o.producer_id,
-        producer_epoch=0, coordinator_epoch=0, start_offset=o.start_offset,
-        last_timestamp_ms=o.started_ms, start_time_ms=o.started_ms,
-        start_time_source=(StartTimeSource.BATCH_TIMESTAMP if hanging
-                           else StartTimeSource.COORDINATOR),
-        duration_ms=now_ms - o.started_ms, txn_class=o.txn_class,
+        topic=o.topic,
+        partition=o.partition,
+        broker_id=1,
+        producer_id=o.producer_id,
+        producer_epoch=0,
+        coordinator_epoch=0,
+        start_offset=o.start_offset,
+        last_timestamp_ms=o.started_ms,
+        start_time_ms=o.started_ms,
+        start_time_source=(StartTimeSource.BATCH_TIMESTAMP if hanging else StartTimeSource.COORDINATOR),
+        duration_ms=now_ms - o.started_ms,
+        txn_class=o.txn_class,
         late=o.txn_class is TxnClass.LATE,
-        transactional_id=o.transactional_id, coordinator_id=1,
-        coordinator_state=None if hanging else "Ongoing")
+        transactional_id=o.transactional_id,
+        coordinator_id=1,
+        coordinator_state=None if hanging else "Ongoing",
+    )
 
 
 def make(cycle: Cycle) -> tuple[ClusterSnapshot, CycleResult]:
-    producers = tuple(ProducerState(o.topic, o.partition, 1, o.producer_id, 0, 0, o.started_ms,
-                                    0, o.start_offset) for o in cycle.open)
-    partitions = tuple(PartitionOffsets(o.topic, o.partition, 1, 100 + o.lso_lag, 100)
-                       for o in cycle.open)
-    snapshot = ClusterSnapshot(cluster=cycle.cluster, taken_at_ms=cycle.at_ms - 500,
-                               partitions=partitions, producers=producers,
-                               listed_transactions=tuple(cycle.listed),
-                               errors=tuple(cycle.errors))
+    producers = tuple(
+        ProducerState(o.topic, o.partition, 1, o.producer_id, 0, 0, o.started_ms, 0, o.start_offset)
+        for o in cycle.open
+    )
+    partitions = tuple(PartitionOffsets(o.topic, o.partition, 1, 100 + o.lso_lag, 100) for o in cycle.open)
+    snapshot = ClusterSnapshot(
+        cluster=cycle.cluster,
+        taken_at_ms=cycle.at_ms - 500,
+        partitions=partitions,
+        producers=producers,
+        listed_transactions=tuple(cycle.listed),
+        errors=tuple(cycle.errors),
+    )
     findings = tuple(finding(o, cycle.at_ms) for o in cycle.open)
     by_class: dict[TxnClass, int] = {}
     for f in findings:
         by_class[f.txn_class] = by_class.get(f.txn_class, 0) + 1
     result = CycleResult(
-        cluster=cycle.cluster, computed_at_ms=cycle.at_ms,
-        partitions=tuple(PartitionMetrics(o.topic, o.partition, 1, o.lso_lag,
-                                          cycle.at_ms - o.started_ms) for o in cycle.open),
-        findings=findings, open_transactions_by_class=tuple(by_class.items()))
+        cluster=cycle.cluster,
+        computed_at_ms=cycle.at_ms,
+        partitions=tuple(
+            PartitionMetrics(o.topic, o.partition, 1, o.lso_lag, cycle.at_ms - o.started_ms)
+            for o in cycle.open
+        ),
+        findings=findings,
+        open_transactions_by_class=tuple(by_class.items()),
+    )
     return snapshot, result
 
 

@@ -45,9 +45,12 @@ def render(chart: Path, *sets: str) -> dict[str, Any]:
     assert result.returncode == 0, result.stderr
     docs = [d for d in yaml.safe_load_all(result.stdout) if d]
     probe = next(d for d in docs if d["metadata"]["name"] == "history-probe")["data"]
-    return {"docs": docs, "config": yaml.safe_load(probe["config"]),
-            "mounts": yaml.safe_load(probe["mounts"]) or [],
-            "volumes": yaml.safe_load(probe["volumes"]) or []}
+    return {
+        "docs": docs,
+        "config": yaml.safe_load(probe["config"]),
+        "mounts": yaml.safe_load(probe["mounts"]) or [],
+        "volumes": yaml.safe_load(probe["volumes"]) or [],
+    }
 
 
 def kinds(docs: list[dict[str, Any]]) -> list[str]:
@@ -60,17 +63,15 @@ def test_history_is_off_by_default(chart: Path) -> None:
     assert out["config"] == {} and out["mounts"] == [] and out["volumes"] == []
 
 
-def test_enabled_history_gets_a_claim_mounted_at_its_path_and_a_valid_config(
-        chart: Path) -> None:
-    out = render(chart, "history.enabled=true", "history.persistence.size=5Gi",
-                 "history.retention=14d")
+def test_enabled_history_gets_a_claim_mounted_at_its_path_and_a_valid_config(chart: Path) -> None:
+    out = render(chart, "history.enabled=true", "history.persistence.size=5Gi", "history.retention=14d")
     (claim,) = [d for d in out["docs"] if d["kind"] == "PersistentVolumeClaim"]
     assert claim["metadata"]["name"] == "kte-kafka-txn-exporter-history"
     assert claim["spec"]["resources"]["requests"]["storage"] == "5Gi"
-    assert out["mounts"] == [{"name": "kte-history",
-                              "mountPath": "/var/lib/kafka-txn-exporter/history"}]
-    assert out["volumes"] == [{"name": "kte-history", "persistentVolumeClaim": {
-        "claimName": "kte-kafka-txn-exporter-history"}}]
+    assert out["mounts"] == [{"name": "kte-history", "mountPath": "/var/lib/kafka-txn-exporter/history"}]
+    assert out["volumes"] == [
+        {"name": "kte-history", "persistentVolumeClaim": {"claimName": "kte-kafka-txn-exporter-history"}}
+    ]
     history, problems = parse_history_section(out["config"]["history"])
     assert problems == [] and history is not None
     assert history.path == "/var/lib/kafka-txn-exporter/history"
@@ -90,7 +91,11 @@ def test_a_url_path_needs_no_claim(chart: Path) -> None:
 
 
 def test_the_values_schema_refuses_a_bad_retention(chart: Path) -> None:
-    result = subprocess.run([find_helm(), "template", "kte", str(chart), "--set",
-                             "history.retention=forever"], capture_output=True, text=True,
-                            timeout=120, check=False)
+    result = subprocess.run(
+        [find_helm(), "template", "kte", str(chart), "--set", "history.retention=forever"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode != 0 and "retention" in result.stderr

@@ -30,9 +30,15 @@ def test_a_path_alone_gives_the_defaults() -> None:
 
 
 def test_every_problem_is_named_by_key_without_echoing_values() -> None:
-    config, problems = parse_history_section({
-        "retention": "forever", "compact_every": "1s", "buffer_cycles": 0,
-        "batch_cycles": "x", "secret_key": "hunter2"})
+    config, problems = parse_history_section(
+        {
+            "retention": "forever",
+            "compact_every": "1s",
+            "buffer_cycles": 0,
+            "batch_cycles": "x",
+            "secret_key": "hunter2",
+        }
+    )
     assert config is None
     assert problems == [
         "history.secret_key: unknown key (allowed: batch_cycles, buffer_cycles, compact_every, "
@@ -48,7 +54,8 @@ def test_every_problem_is_named_by_key_without_echoing_values() -> None:
 
 def test_a_section_that_is_not_a_mapping_is_refused() -> None:
     assert parse_history_section("s3a://b/h")[1] == [
-        "history: must be a mapping (path, retention, compact_every, ...)"]
+        "history: must be a mapping (path, retention, compact_every, ...)"
+    ]
 
 
 def test_url_paths_are_remote_and_redacted_in_logs() -> None:
@@ -109,18 +116,21 @@ def test_a_transaction_on_an_unread_partition_is_not_called_closed() -> None:
     lost = Cycle(T0 + 30_000, [], errors=[CollectionError("DescribeProducers", "TIMEOUT", 1)])
     assert rows.rows(*make(lost))["closed"] == []
     assert rows.tracked == 1
-    assert [r[-2] for r in rows.rows(*make(Cycle(T0 + 60_000, [])))["closed"]] == [
-        "no_coordinator"]
+    assert [r[-2] for r in rows.rows(*make(Cycle(T0 + 60_000, [])))["closed"]] == ["no_coordinator"]
 
 
-@pytest.mark.parametrize(("state", "producer_id", "end"), [
-    ("CompleteAbort", 5001, "aborted"),
-    ("PrepareCommit", 5001, "committed"),
-    ("Ongoing", 5001, "ended"),
-    ("Ongoing", 7777, "fenced"),
-])
-def test_the_end_of_a_late_transaction_follows_its_coordinator(state: str, producer_id: int,
-                                                               end: str) -> None:
+@pytest.mark.parametrize(
+    ("state", "producer_id", "end"),
+    [
+        ("CompleteAbort", 5001, "aborted"),
+        ("PrepareCommit", 5001, "committed"),
+        ("Ongoing", 5001, "ended"),
+        ("Ongoing", 7777, "fenced"),
+    ],
+)
+def test_the_end_of_a_late_transaction_follows_its_coordinator(
+    state: str, producer_id: int, end: str
+) -> None:
     rows = CycleRows()
     rows.rows(*make(Cycle(T0, [LATE])))
     listed = [ListedTransaction(1, "payments-app", producer_id, state)]
@@ -131,8 +141,7 @@ def test_the_end_of_a_late_transaction_follows_its_coordinator(state: str, produ
 def test_a_late_transaction_whose_coordinator_is_silent_ended_unknown() -> None:
     rows = CycleRows()
     rows.rows(*make(Cycle(T0, [LATE])))
-    assert [r[-2:] for r in rows.rows(*make(Cycle(T0 + 30_000, [])))["closed"]] == [
-        ("unknown", None)]
+    assert [r[-2:] for r in rows.rows(*make(Cycle(T0 + 30_000, [])))["closed"]] == [("unknown", None)]
 
 
 def test_a_transaction_turning_ongoing_is_watched_not_closed() -> None:
@@ -140,29 +149,50 @@ def test_a_transaction_turning_ongoing_is_watched_not_closed() -> None:
     rows.rows(*make(Cycle(T0, [LATE])))
     from dataclasses import replace
 
-    assert rows.rows(*make(Cycle(T0 + 30_000, [replace(LATE, txn_class=TxnClass.ONGOING)])))[
-        "closed"] == []
+    assert rows.rows(*make(Cycle(T0 + 30_000, [replace(LATE, txn_class=TxnClass.ONGOING)])))["closed"] == []
     assert rows.tracked == 1
 
 
 # --- audit ------------------------------------------------------------------------------------
 
 ABORT_PLAN: dict[str, Any] = {
-    "action": "abort", "topic": "orders", "partition": 1, "leader": 1, "producer_id": 4001,
-    "producer_epoch": 0, "coordinator_epoch": 0, "start_offset": 17, "start_time_ms": T0,
-    "start_time_source": "batch_timestamp", "age_ms": 3_600_000, "reason": "coordinator_not_open",
-    "reason_text": "its coordinator is Empty", "transactional_id": "kte-hanging-1",
-    "lso_before": 17, "high_watermark_before": 18, "result": "aborted", "lso_after": 19,
-    "high_watermark_after": 19}
+    "action": "abort",
+    "topic": "orders",
+    "partition": 1,
+    "leader": 1,
+    "producer_id": 4001,
+    "producer_epoch": 0,
+    "coordinator_epoch": 0,
+    "start_offset": 17,
+    "start_time_ms": T0,
+    "start_time_source": "batch_timestamp",
+    "age_ms": 3_600_000,
+    "reason": "coordinator_not_open",
+    "reason_text": "its coordinator is Empty",
+    "transactional_id": "kte-hanging-1",
+    "lso_before": 17,
+    "high_watermark_before": 18,
+    "result": "aborted",
+    "lso_after": 19,
+    "high_watermark_after": 19,
+}
 
 
 def test_an_abort_is_audited_with_who_what_and_the_lso_before_and_after() -> None:
-    entry = audit_entry("abort", ABORT_PLAN, cluster="prod",
-                        properties={"sasl.username": "ops-admin", "sasl.password": "pw"},
-                        now_ms=T0)
+    entry = audit_entry(
+        "abort",
+        ABORT_PLAN,
+        cluster="prod",
+        properties={"sasl.username": "ops-admin", "sasl.password": "pw"},
+        now_ms=T0,
+    )
     assert entry["principal"] == "ops-admin" and entry["os_user"]
     assert (entry["topic"], entry["partition"], entry["producer_id"], entry["start_offset"]) == (
-        "orders", 1, 4001, 17)
+        "orders",
+        1,
+        4001,
+        17,
+    )
     assert (entry["lso_before"], entry["lso_after"], entry["dry_run"]) == (17, 19, False)
     assert entry["written"].startswith("WriteTxnMarkers ABORT to broker 1")
     assert entry["evidence"]["reason"] == "coordinator_not_open"
@@ -172,21 +202,30 @@ def test_an_abort_is_audited_with_who_what_and_the_lso_before_and_after() -> Non
 
 
 def test_a_dry_run_is_audited_as_writing_nothing() -> None:
-    entry = audit_entry("abort", {**ABORT_PLAN, "result": "dry_run"}, cluster="prod",
-                        properties={}, now_ms=T0)
+    entry = audit_entry(
+        "abort", {**ABORT_PLAN, "result": "dry_run"}, cluster="prod", properties={}, now_ms=T0
+    )
     assert entry["dry_run"] and entry["written"] == "nothing (dry run)"
     assert entry["lso_after"] is None and entry["principal"] is None
 
 
 def test_a_force_terminate_names_the_transactional_id() -> None:
-    plan = {"action": "force-terminate", "result": "terminated", "new_producer_id": 9,
-            "new_producer_epoch": 3,
-            "before": {"transactional_id": "payments-app", "coordinator_id": 2,
-                       "producer_id": 9, "producer_epoch": 2, "state": "Ongoing"},
-            "after": {"state": "CompleteAbort"}}
+    plan = {
+        "action": "force-terminate",
+        "result": "terminated",
+        "new_producer_id": 9,
+        "new_producer_epoch": 3,
+        "before": {
+            "transactional_id": "payments-app",
+            "coordinator_id": 2,
+            "producer_id": 9,
+            "producer_epoch": 2,
+            "state": "Ongoing",
+        },
+        "after": {"state": "CompleteAbort"},
+    }
     entry = audit_entry("force-terminate", plan, cluster="prod", properties={}, now_ms=T0)
-    assert (entry["transactional_id"], entry["producer_id"], entry["topic"]) == (
-        "payments-app", 9, None)
+    assert (entry["transactional_id"], entry["producer_id"], entry["topic"]) == ("payments-app", 9, None)
     assert "InitProducerId(keepPreparedTxn=false)" in entry["written"]
     assert entry["evidence"]["before"]["state"] == "Ongoing"
 
@@ -195,8 +234,7 @@ def test_the_audit_history_comes_from_the_config_file_or_the_environment(tmp_pat
     config = tmp_path / "c.yml"
     config.write_text("clusters: []\nhistory:\n  path: /h/from-file\n")
     assert history_of(str(config), env={}) == HistoryConfig(path="/h/from-file")
-    assert history_of(None, env={"KAFKA_TXN_EXPORTER_HISTORY": "/h/env"}) == HistoryConfig(
-        path="/h/env")
+    assert history_of(None, env={"KAFKA_TXN_EXPORTER_HISTORY": "/h/env"}) == HistoryConfig(path="/h/env")
     assert history_of(None, env={}) is None
 
 
@@ -207,5 +245,4 @@ def test_every_dataset_is_documented_column_by_column() -> None:
     for dataset in DATASETS:
         assert f"### `{dataset.name}`" in doc, dataset.name
         for column in dataset.columns:
-            assert f"| `{column.name}` | {column.kind} | {column.unit} |" in doc, (
-                dataset.name, column.name)
+            assert f"| `{column.name}` | {column.kind} | {column.unit} |" in doc, (dataset.name, column.name)

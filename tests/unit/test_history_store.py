@@ -31,8 +31,9 @@ def files(root: Path, dataset: str) -> list[Path]:
     return sorted((root / dataset).rglob("*.parquet"))
 
 
-def write_scenario(spark: SparkSession, root: Path, *, shift_ms: int = 0,
-                   cluster: str = "prod", per_cycle: bool = False) -> HistoryStore:
+def write_scenario(
+    spark: SparkSession, root: Path, *, shift_ms: int = 0, cluster: str = "prod", per_cycle: bool = False
+) -> HistoryStore:
     """The fixture scenario, in one append per dataset (``per_cycle``: one per cycle, as the
     daemon's writer with batch_cycles 1), plus the abort's audit row between the last
     sighting of the hanging transaction and its closing."""
@@ -49,8 +50,9 @@ def write_scenario(spark: SparkSession, root: Path, *, shift_ms: int = 0,
                 batch.setdefault(name, []).extend(dataset_rows)
     for name, dataset_rows in batch.items():
         store.append(name, dataset_rows)
-    entry = audit_entry("abort", ABORT_PLAN, cluster=cluster, properties={},
-                        now_ms=T0 + shift_ms + 3 * INTERVAL + 1000)
+    entry = audit_entry(
+        "abort", ABORT_PLAN, cluster=cluster, properties={}, now_ms=T0 + shift_ms + 3 * INTERVAL + 1000
+    )
     append_action(HistoryConfig(path=str(root)), entry)
     return store
 
@@ -62,14 +64,14 @@ def history(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Hi
 
 @pytest.fixture(scope="module")
 def report(history: HistoryStore) -> dict[str, Any]:
-    return build_report(history, from_ms=T0 - DAY, to_ms=T0 + DAY, cluster="prod",
-                        now_ms=T0 + DAY)
+    return build_report(history, from_ms=T0 - DAY, to_ms=T0 + DAY, cluster="prod", now_ms=T0 + DAY)
 
 
 def test_appends_land_partitioned_by_cluster_and_date(history: HistoryStore) -> None:
     root = Path(history.base)
-    assert [p.parent.relative_to(root / "transactions").as_posix()
-            for p in files(root, "transactions")] == ["cluster=prod/date=2026-11-18"]
+    assert [p.parent.relative_to(root / "transactions").as_posix() for p in files(root, "transactions")] == [
+        "cluster=prod/date=2026-11-18"
+    ]
     assert history.read("cycles").count() == 8
     assert history.read("transactions").count() == 7
 
@@ -79,8 +81,7 @@ def test_a_dataset_never_written_reads_as_empty(spark: SparkSession, tmp_path: P
     assert store.read("closed").count() == 0
 
 
-def test_the_report_lists_each_incident_with_its_timeline_and_end(
-        report: dict[str, Any]) -> None:
+def test_the_report_lists_each_incident_with_its_timeline_and_end(report: dict[str, Any]) -> None:
     incidents = {(i["topic"], i["partition"]): i for i in report["incidents"]}
     assert set(incidents) == {("orders", 1), ("payments", 0)}
     hanging, late = incidents[("orders", 1)], incidents[("payments", 0)]
@@ -103,8 +104,7 @@ def test_applications_are_ranked_by_late_and_hanging_time(report: dict[str, Any]
     assert late["late_ms"] == 3 * INTERVAL
 
 
-def test_topics_are_ranked_by_time_blocked_with_lag_percentiles(
-        report: dict[str, Any]) -> None:
+def test_topics_are_ranked_by_time_blocked_with_lag_percentiles(report: dict[str, Any]) -> None:
     topics = {t["topic"]: t for t in report["topics"]}
     assert [t["topic"] for t in report["topics"]] == ["orders", "payments"]
     assert topics["orders"]["blocked_ms"] == 4 * INTERVAL
@@ -113,18 +113,17 @@ def test_topics_are_ranked_by_time_blocked_with_lag_percentiles(
     assert len(topics["payments"]["lag_series"]) == 3
 
 
-def test_exporter_health_counts_cycles_and_finds_the_blind_spot(
-        report: dict[str, Any]) -> None:
+def test_exporter_health_counts_cycles_and_finds_the_blind_spot(report: dict[str, Any]) -> None:
     (health,) = report["health"]["clusters"]
     assert (health["cycles_complete"], health["cycles_partial"]) == (7, 1)
     assert health["interval_ms"] == INTERVAL
     assert [(b["from_ms"], b["to_ms"], b["cycles_missing"]) for b in health["blind_spots"]] == [
-        (T0 + 6 * INTERVAL, T0 + 11 * INTERVAL, 4)]
+        (T0 + 6 * INTERVAL, T0 + 11 * INTERVAL, 4)
+    ]
     assert health["errors"] == [{"api": "ListOffsets", "error": "TIMEOUT", "count": 1}]
 
 
-def test_the_report_renders_as_json_text_and_self_contained_html(
-        report: dict[str, Any]) -> None:
+def test_the_report_renders_as_json_text_and_self_contained_html(report: dict[str, Any]) -> None:
     assert json.loads(to_json(report))["incidents"][0]["topic"] == "orders"
     text = to_text(report)
     assert "suspected_hanging > hanging" in text and "aborted_by_abort" in text
@@ -141,8 +140,7 @@ def test_a_window_outside_the_history_is_empty(history: HistoryStore) -> None:
     assert other["empty"]
 
 
-def test_compaction_leaves_one_file_per_hour_and_every_row(spark: SparkSession,
-                                                          tmp_path: Path) -> None:
+def test_compaction_leaves_one_file_per_hour_and_every_row(spark: SparkSession, tmp_path: Path) -> None:
     store = write_scenario(spark, tmp_path, per_cycle=True)
     before = {n: sorted(map(tuple, store.read(n).collect())) for n in ("cycles", "closed")}
     assert len(files(tmp_path, "cycles")) == 8
@@ -155,8 +153,7 @@ def test_compaction_leaves_one_file_per_hour_and_every_row(spark: SparkSession,
         assert sorted(map(tuple, store.read(name).collect())) == rows
 
 
-def test_compaction_of_one_day_keeps_the_other_days(spark: SparkSession,
-                                                   tmp_path: Path) -> None:
+def test_compaction_of_one_day_keeps_the_other_days(spark: SparkSession, tmp_path: Path) -> None:
     write_scenario(spark, tmp_path, per_cycle=True)
     store = write_scenario(spark, tmp_path, shift_ms=DAY, per_cycle=True)
     store.compact("transactions", "prod", "2026-11-19")
@@ -165,19 +162,18 @@ def test_compaction_of_one_day_keeps_the_other_days(spark: SparkSession,
     assert store.read("transactions").count() == 14
 
 
-def test_retention_drops_whole_days_before_the_cutoff(spark: SparkSession,
-                                                      tmp_path: Path) -> None:
+def test_retention_drops_whole_days_before_the_cutoff(spark: SparkSession, tmp_path: Path) -> None:
     for day in range(3):
         store = write_scenario(spark, tmp_path, shift_ms=day * DAY)
     dropped = store.drop_before("2026-11-20", DATASETS)
     assert len(dropped) == 2 * 6
-    assert sorted({r["date"] for r in store.read("cycles").select("date").collect()}) == [
-        "2026-11-20"]
+    assert sorted({r["date"] for r in store.read("cycles").select("date").collect()}) == ["2026-11-20"]
     assert store.read("actions").count() == 1
 
 
 def test_the_writer_appends_through_spark_and_survives_an_unwritable_path(
-        spark: SparkSession, tmp_path: Path) -> None:
+    spark: SparkSession, tmp_path: Path
+) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the history should be")
     w = HistoryWriter(HistoryConfig(path=str(blocker)), lambda: spark, start=False)
@@ -191,36 +187,54 @@ def test_the_writer_appends_through_spark_and_survives_an_unwritable_path(
         good(*make(c))
     good.close()
     assert good.cycles_written == 8 and good.rows_written > 8
-    assert HistoryStore(spark, HistoryConfig(path=str(tmp_path / "h"))).read(
-        "closed").count() == 2
+    assert HistoryStore(spark, HistoryConfig(path=str(tmp_path / "h"))).read("closed").count() == 2
 
 
 # --- the command ------------------------------------------------------------------------------
 
 
-def test_report_runs_end_to_end_from_the_command_line(history: HistoryStore, tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_runs_end_to_end_from_the_command_line(
+    history: HistoryStore, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "r.json"
-    assert main(["report", "--history", history.base, "--from", str(T0 - 1000), "--to",
-                 str(T0 + DAY), "--format", "json", "--output", str(out)]) == 0
-    assert {i["topic"] for i in json.loads(out.read_text())["incidents"]} == {"orders",
-                                                                               "payments"}
+    assert (
+        main(
+            [
+                "report",
+                "--history",
+                history.base,
+                "--from",
+                str(T0 - 1000),
+                "--to",
+                str(T0 + DAY),
+                "--format",
+                "json",
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    assert {i["topic"] for i in json.loads(out.read_text())["incidents"]} == {"orders", "payments"}
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temporary file left
     assert main(["report", "--history", history.base, "--since", "1h"]) == 0
     assert "no history in that window" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("flags", "message"), [
-    (["--since", "yesterday"], "--since: 'yesterday' is not a duration"),
-    (["--from", "monday"], "--from: 'monday' is not a time"),
-    (["--from", "2026-11-20T00:00:00Z", "--to", "2026-11-19T00:00:00Z"],
-     "--from: must be before --to"),
-    (["--since", "1h", "--from", "2026-11-19T00:00:00Z"], "--since and --from are mutually"),
-    (["--format", "pdf"], "--format: invalid choice"),
-    (["--output", "/nonexistent/dir/r.html"], "--output: directory '/nonexistent/dir'"),
-])
-def test_bad_report_flags_exit_2_naming_the_flag(flags: list[str], message: str,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--since", "yesterday"], "--since: 'yesterday' is not a duration"),
+        (["--from", "monday"], "--from: 'monday' is not a time"),
+        (["--from", "2026-11-20T00:00:00Z", "--to", "2026-11-19T00:00:00Z"], "--from: must be before --to"),
+        (["--since", "1h", "--from", "2026-11-19T00:00:00Z"], "--since and --from are mutually"),
+        (["--format", "pdf"], "--format: invalid choice"),
+        (["--output", "/nonexistent/dir/r.html"], "--output: directory '/nonexistent/dir'"),
+    ],
+)
+def test_bad_report_flags_exit_2_naming_the_flag(
+    flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as e:
         main(["report", "--history", "/tmp/h", *flags])
     assert e.value.code == 2
@@ -228,7 +242,8 @@ def test_bad_report_flags_exit_2_naming_the_flag(flags: list[str], message: str,
 
 
 def test_report_without_a_history_source_or_section_exits_2(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as e:
         main(["report"])
     assert e.value.code == 2
@@ -238,8 +253,9 @@ def test_report_without_a_history_source_or_section_exits_2(
     with pytest.raises(SystemExit):
         main(["report", "--config.file", str(config)])
     assert "no history: section" in capsys.readouterr().err
-    config.write_text("clusters:\n  - name: a\n    bootstrap_servers: h:9092\n"
-                      "history:\n  path: /h\n  retention: 1h\n")
+    config.write_text(
+        "clusters:\n  - name: a\n    bootstrap_servers: h:9092\nhistory:\n  path: /h\n  retention: 1h\n"
+    )
     assert main(["report", "--config.file", str(config)]) == 2
     assert "history.retention: must be at least 86400 s" in capsys.readouterr().err
 

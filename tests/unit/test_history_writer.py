@@ -60,8 +60,13 @@ def writer(stores: list[MemoryStore], clock: Clock | None = None, **config: Any)
         stores.append(store)
         return store
 
-    return HistoryWriter(HistoryConfig(path="/unused", **config), object,
-                         clock=clock or Clock(), store_factory=factory, start=False)
+    return HistoryWriter(
+        HistoryConfig(path="/unused", **config),
+        object,
+        clock=clock or Clock(),
+        store_factory=factory,
+        start=False,
+    )
 
 
 def feed(w: HistoryWriter, count: int | None = None, start: int = 0) -> None:
@@ -77,8 +82,7 @@ def test_the_listener_only_queues_the_cycle() -> None:
     assert stores == []  # nothing touched Spark on the cycle's thread
 
 
-def test_the_buffer_is_bounded_and_drops_the_oldest_cycles_visibly(
-        caplog: pytest.LogCaptureFixture) -> None:
+def test_the_buffer_is_bounded_and_drops_the_oldest_cycles_visibly(caplog: pytest.LogCaptureFixture) -> None:
     stores: list[MemoryStore] = []
     w = writer(stores, buffer_cycles=3, batch_cycles=1)
     feed(w)  # 8 cycles
@@ -87,11 +91,13 @@ def test_the_buffer_is_bounded_and_drops_the_oldest_cycles_visibly(
     assert "history buffer full" in caplog.text
     assert w.flush_once()
     assert sorted(int(str(r[2])) for r in stores[0].data["cycles"]) == sorted(
-        c.at_ms for c in scenario()[-3:])
+        c.at_ms for c in scenario()[-3:]
+    )
 
 
 def test_a_failed_write_is_counted_logged_once_and_retried_with_the_next_batch(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level("INFO", "exporter.history.writer")
     stores: list[MemoryStore] = []
     w = writer(stores)
@@ -130,8 +136,12 @@ def test_pending_rows_after_failures_stay_within_the_bound() -> None:
 
 def test_spark_not_ready_is_a_failed_write_retried_later() -> None:
     ready: list[object] = []
-    w = HistoryWriter(HistoryConfig(path="/unused"), lambda: ready[0] if ready else None,
-                      store_factory=MemoryStore, start=False)
+    w = HistoryWriter(
+        HistoryConfig(path="/unused"),
+        lambda: ready[0] if ready else None,
+        store_factory=MemoryStore,
+        start=False,
+    )
     feed(w, 2)
     assert not w.flush_once() and w.writes_failed == 1
     ready.append(object())
@@ -161,8 +171,7 @@ def test_the_thread_writes_in_the_background_and_close_flushes() -> None:
         stores.append(store)
         return store
 
-    w = HistoryWriter(HistoryConfig(path="/unused", batch_cycles=100), object,
-                      store_factory=factory)
+    w = HistoryWriter(HistoryConfig(path="/unused", batch_cycles=100), object, store_factory=factory)
     feed(w)  # fewer than batch_cycles: waits for close
     w.close(timeout_s=10)
     assert len(stores[0].data["cycles"]) == 8
