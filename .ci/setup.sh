@@ -17,6 +17,8 @@ command -v prometheus-alertmanager >/dev/null || need_apt+=(prometheus-alertmana
 # tests/e2e/test_web.py makes its CA, server and client certificates with the openssl CLI.
 command -v openssl >/dev/null || need_apt+=(openssl)
 command -v go >/dev/null || [ -x "$CACHE/bin/helm" ] || need_apt+=(golang-go)
+# Headless Chromium: the history test opens the HTML report and checks its plots render.
+command -v chromium >/dev/null || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -228,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     from exporter.operator.commands import add_commands
 
     add_commands(sub)
+    from exporter.history.cli import add_report
+
+    add_report(sub)
     return parser
 # fmt: on
 

@@ -25,9 +25,10 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
-from exporter.config import Config
+from exporter.config import Config, WebConfig
 from exporter.daemon.cycle import ClusterJob, CycleListener
 from exporter.daemon.http import MetricsServer
+from exporter.daemon.listen import ListenError, listen_error_text
 from exporter.daemon.pipeline import PipelineRunner
 from exporter.daemon.web import WebSettings, load_web_config
 from exporter.metrics.collector import ExporterMetrics, TransactionHealthCollector
@@ -56,10 +57,12 @@ class Daemon:
         names = [c.name for c in config.clusters]
         self.store = StateStore(names)
         self.metrics = ExporterMetrics(self.registry, names, config.cluster_label)
-        self.registry.register(TransactionHealthCollector(self.store, config.pipeline,
-                                                          cluster_label=config.cluster_label))
+        self._collector = TransactionHealthCollector(self.store, config.pipeline,
+                                                     cluster_label=config.cluster_label)
+        self.registry.register(self._collector)
+        self._listeners = tuple(listeners)
         self.pipeline = pipeline or PipelineRunner(config.spark, config.pipeline)
-        self.jobs = [ClusterJob.build(c, self.pipeline, self.store, self.metrics, listeners)
+        self.jobs = [ClusterJob.build(c, self.pipeline, self.store, self.metrics, self._listeners)
                      for c in config.clusters]
         self._scheduler: Any = None
         self._server: MetricsServer | None = None
@@ -117,14 +120,19 @@ class Daemon:
             log.exception("starting Spark failed")
 
     def _start_http(self) -> None:
-        host, port = self.config.web.host_port
-        web = self.config.web
-        self._server = MetricsServer(self.registry, host=host, port=port,
-                                     telemetry_path=web.telemetry_path, health=self.health,
-                                     ready=self.readiness, settings=self.web_settings,
-                                     read_timeout_s=web.read_timeout_ms / 1000,
-                                     workers=web.workers)
+        self._server = self._bind(self.config.web)
         self._server.start()
+
+    def _bind(self, web: WebConfig) -> MetricsServer:
+        """A server bound to ``web.listen_address`` (not yet serving); ListenError if not."""
+        host, port = web.host_port
+        try:
+            return MetricsServer(self.registry, host=host, port=port,
+                                 telemetry_path=web.telemetry_path, health=self.health,
+                                 ready=self.readiness, settings=self.web_settings,
+                                 read_timeout_s=web.read_timeout_ms / 1000, workers=web.workers)
+        except OSError as e:
+            raise ListenError(e.errno, listen_error_text(web, e)) from None
 
     def stop(self) -> None:
         """Stop within seconds: no new cycle starts, a cycle in flight has its Kafka clients
@@ -155,15 +163,10 @@ class Daemon:
         """
         from dataclasses import replace
 
-        from exporter.daemon.listen import bind_http_server
-
         old = self.config
-        # The cycle listeners given to __init__ (the jobs hold them).
-        listeners = self.jobs[0]._listeners if self.jobs else ()
         server = None
         if config.web.listen_address != old.web.listen_address and self._server is not None:
-            handler = type("Handler", (Handler,), {"daemon_ref": self})
-            server = bind_http_server(config.web, handler)  # raises before anything changed
+            server = self._bind(config.web)  # raises before anything changed
         if config.spark != old.spark:
             log.warning("reload: the spark section changed; restart the exporter to apply it "
                         "(keeping %s)", old.spark.redacted_connect_url or old.spark.master)
@@ -175,32 +178,34 @@ class Daemon:
             job.close()
         for job in self.jobs:
             job.wait_idle()
+        kept = {job.cluster.name: job for job in self.jobs}
         names = [c.name for c in config.clusters]
         store = StateStore(names)
         for name in names:
-            if name in {c.name for c in old.clusters}:
+            if name in kept:
                 store.put(self.store.get(name))
-        registry = CollectorRegistry()
-        metrics = ExporterMetrics(registry, names)
-        registry.register(TransactionHealthCollector(store, config.pipeline))
+        self.metrics.add_clusters(names)
+        self.registry.unregister(self._collector)
+        self._collector = TransactionHealthCollector(store, config.pipeline,
+                                                     cluster_label=config.cluster_label)
+        self.registry.register(self._collector)
         self.pipeline.settings = config.pipeline
-        self.jobs = [ClusterJob.build(c, self.pipeline, store, metrics, listeners)
+        self.store, self.config = store, config
+        self.jobs = [ClusterJob.build(c, self.pipeline, store, self.metrics, self._listeners)
                      for c in config.clusters]
-        self.store, self.metrics, self.registry, self.config = store, metrics, registry, config
+        for job in self.jobs:  # a kept cluster keeps its confirmations and watched transactions
+            if job.cluster.name in kept:
+                job.memory = kept[job.cluster.name].memory
         if self._scheduler is not None:
             for job in self.jobs:
                 self._scheduler.add_job(job.run_cycle, "interval", id=job.cluster.name,
                                         name=f"cycle {job.cluster.name}",
                                         seconds=job.cluster.interval_ms / 1000,
                                         next_run_time=_now_utc())
-        if server is not None:
+        if server is not None and self._server is not None:
             old_server, self._server = self._server, server
-            self._server_thread = threading.Thread(target=server.serve_forever, name="http",
-                                                   daemon=True)
-            self._server_thread.start()
-            if old_server is not None:
-                old_server.shutdown()
-                old_server.server_close()
+            server.start()
+            old_server.stop()
         log.info("configuration reloaded: %d cluster(s) (%s), listening on %s", len(self.jobs),
                  ", ".join(names), config.web.listen_address)
 

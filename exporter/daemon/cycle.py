@@ -43,7 +43,7 @@ class ClusterJob:
         #: What the pipeline handed this cluster's next cycle (confirmations, watched
         #: transactions, running totals): owned here, flowing one way, never read back from
         #: the scrape store.
-        self._memory: PipelineMemory | None = None
+        self.memory: PipelineMemory | None = None
 
     @classmethod
     def build(cls, cluster: ClusterConfig, pipeline: PipelineRunner, store: StateStore,
@@ -88,7 +88,7 @@ class ClusterJob:
         name = self.cluster.name
         started = time.monotonic()
         state = self._store.get(name)
-        memory = self._memory
+        memory = self.memory
         try:
             snapshot = self._collector.collect(
                 describe_extra=memory.watched_ids if memory is not None else ())
@@ -119,7 +119,7 @@ class ClusterJob:
         stages = (*snapshot.stage_seconds, ("pipeline", time.monotonic() - pipeline_started))
         if self._stopping.is_set():
             return  # a cycle cut short by stop() publishes nothing and remembers nothing
-        self._memory = result.memory
+        self.memory = result.memory
         for listener in self._listeners:
             try:
                 listener(snapshot, result)

@@ -48,9 +48,13 @@ class ExporterMetrics:
             "Scheduled cycles that did not run because the previous cycle of the cluster was "
             "still running (a cycle is cut at its deadline, so this stays at 0 unless the "
             "interval is shorter than a cycle can be).", [cluster_label], registry=registry)
+        self.add_clusters(clusters)
         build = Gauge(f"{PREFIX}_exporter_build_info", "Version of kafka-txn-exporter.",
                       ["version"], registry=registry)
         build.labels(__version__).set(1)
+
+    def add_clusters(self, clusters: Iterable[str]) -> None:
+        """Every cluster's series exist at 0 before its first cycle."""
         for cluster in clusters:
             self.cycle_duration.labels(cluster)
             self.cycles_skipped.labels(cluster)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from exporter.exitcodes import ExitCode
+from exporter.history.audit import record_action
 from exporter.kafka.admin import AbortSpec, ClusterAdmin
 from exporter.kafka.errors import KafkaRequestError
 from exporter.model import (
@@ -157,6 +158,7 @@ def abort(admin: ClusterAdmin, spark: SparkSession, target: Target, request: Abo
     plan = _abort_plan(aborting, finding, offsets)
     if not request.yes:
         plan["result"] = "dry_run"
+        record_action("abort", target, plan)
         emit(
             request.output,
             plan,
@@ -187,6 +189,7 @@ def abort(admin: ClusterAdmin, spark: SparkSession, target: Target, request: Abo
         f"\nAborted. LSO of {aborting.where} is now {after.last_stable_offset} "
         f"(was {plan['lso_before']}; high watermark {after.high_watermark})."
     )
+    record_action("abort", target, plan)
     emit(request.output, plan, text)
     if still_open:
         note(f"abort: the marker was written but {aborting.where} still shows the transaction open")
@@ -459,7 +462,7 @@ def _refuse_unless_ongoing(tid: str, d: TransactionDescription) -> None:
         )
 
 
-def force_terminate(admin: ClusterAdmin, request: ForceTerminateRequest) -> int:
+def force_terminate(admin: ClusterAdmin, target: Target, request: ForceTerminateRequest) -> int:
     tid = request.transactional_id
     before = _describe_known(admin, tid)
     now = int(time.time() * 1000)
@@ -493,6 +496,7 @@ def force_terminate(admin: ClusterAdmin, request: ForceTerminateRequest) -> int:
         )
     if not request.yes:
         plan["result"] = "dry_run"
+        record_action("force-terminate", target, plan)
         emit(
             request.output, plan, text + "\nDry run: nothing was changed. Re-run with --yes to terminate it."
         )
@@ -533,6 +537,7 @@ def force_terminate(admin: ClusterAdmin, request: ForceTerminateRequest) -> int:
         new_producer_epoch=epoch,
         after=transaction_record(after, int(time.time() * 1000)),
     )
+    record_action("force-terminate", target, plan)
     emit(
         request.output,
         plan,

@@ -386,7 +386,7 @@ def _add_force_terminate(sub: argparse._SubParsersAction[argparse.ArgumentParser
         lambda a: ForceTerminateRequest(
             a.transactional_id, expected_epoch=a.producer_epoch, yes=a.yes, output=a.output
         ),
-        lambda admin, _t, r: actions.force_terminate(admin, r),
+        actions.force_terminate,
     )
     p.add_argument("--transactional-id", dest="transactional_id", required=True, metavar="ID")
     p.add_argument(

@@ -36,6 +36,8 @@ class Target:
 
     cluster: ClusterConfig
     pipeline: PipelineSettings = field(default_factory=PipelineSettings)
+    #: The daemon's config file it came from (where the history, if any, is configured).
+    config_file: str | None = None
 
     def admin(self) -> ClusterAdmin:
         return ClusterAdmin(
@@ -164,4 +166,4 @@ def _from_config_file(conn: Connection) -> Target:
         cluster = matches[0]
     if timeout_ms is not None:
         cluster = replace(cluster, request_timeout_ms=timeout_ms)
-    return Target(cluster=cluster, pipeline=config.pipeline)
+    return Target(cluster=cluster, pipeline=config.pipeline, config_file=conn.config_file)
