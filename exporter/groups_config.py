@@ -93,8 +93,9 @@ class GroupsConfig:
     consumable_check_max_offsets: int = 10
 
     def group_matcher(self) -> _GroupMatcher:
-        return _GroupMatcher(tuple(re.compile(p) for p in self.allow),
-                             tuple(re.compile(p) for p in self.deny))
+        return _GroupMatcher(
+            tuple(re.compile(p) for p in self.allow), tuple(re.compile(p) for p in self.deny)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +104,7 @@ class _GroupMatcher:
     deny: tuple[re.Pattern[str], ...]
 
     def __call__(self, group: str) -> bool:
-        return any(p.fullmatch(group) for p in self.allow) and not any(
-            p.fullmatch(group) for p in self.deny)
+        return any(p.fullmatch(group) for p in self.allow) and not any(p.fullmatch(group) for p in self.deny)
 
 
 _GROUP_KEYS = {
@@ -116,8 +116,13 @@ _GROUP_KEYS = {
     "max_blocked": int,
     "consumable_check_max_offsets": int,
 }
-_MINIMUM = {"blocked_after_cycles": 1, "max_group_series": 0, "max_partition_series": 0,
-            "max_blocked": 0, "consumable_check_max_offsets": 0}
+_MINIMUM = {
+    "blocked_after_cycles": 1,
+    "max_group_series": 0,
+    "max_partition_series": 0,
+    "max_blocked": 0,
+    "consumable_check_max_offsets": 0,
+}
 _PATTERN_KEYS = ("allow", "deny")
 
 
@@ -149,10 +154,11 @@ def parse_groups(raw: object, path: str) -> tuple[GroupsConfig, list[str]]:
         if value is None:
             continue
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            problems.append(f"{where}: must be {'true or false' if kind is bool else 'an integer'}"
-                            f", got {value!r}")
+            problems.append(
+                f"{where}: must be {'true or false' if kind is bool else 'an integer'}, got {value!r}"
+            )
             continue
-        if kind is int and value < _MINIMUM[str(key)]:
+        if isinstance(value, int) and not isinstance(value, bool) and value < _MINIMUM[str(key)]:
             problems.append(f"{where}: must be at least {_MINIMUM[str(key)]}, got {value}")
             continue
         values[str(key)] = value
@@ -215,8 +221,10 @@ def parse_attribution(raw: object, path: str) -> tuple[tuple[AttributionRule, ..
     if raw is None:
         return BUILTIN_RULES, problems
     if not isinstance(raw, list):
-        return BUILTIN_RULES, [f"{path}: must be a list of rules (builtins, {{builtin: <name>}} "
-                               "or {pattern, name, application})"]
+        return BUILTIN_RULES, [
+            f"{path}: must be a list of rules (builtins, {{builtin: <name>}} "
+            "or {pattern, name, application})"
+        ]
     rules: list[AttributionRule] = []
     placed_builtin = False
     for i, entry in enumerate(raw):
@@ -226,8 +234,9 @@ def parse_attribution(raw: object, path: str) -> tuple[tuple[AttributionRule, ..
             placed_builtin = True
             continue
         if not isinstance(entry, Mapping):
-            problems.append(f"{where}: must be 'builtins' or a mapping with keys builtin, "
-                            f"name, pattern, application")
+            problems.append(
+                f"{where}: must be 'builtins' or a mapping with keys builtin, name, pattern, application"
+            )
             continue
         if "builtin" in entry:
             placed_builtin = True
@@ -236,8 +245,10 @@ def parse_attribution(raw: object, path: str) -> tuple[tuple[AttributionRule, ..
                 problems.append(f"{where}.{extra[0]}: not allowed beside builtin")
             builtin = _BUILTINS_BY_NAME.get(str(entry["builtin"]))
             if builtin is None:
-                problems.append(f"{where}.builtin: unknown built-in rule {entry['builtin']!r} "
-                                f"(allowed: {', '.join(BUILTIN_RULE_NAMES)})")
+                problems.append(
+                    f"{where}.builtin: unknown built-in rule {entry['builtin']!r} "
+                    f"(allowed: {', '.join(BUILTIN_RULE_NAMES)})"
+                )
             else:
                 rules.append(builtin)
             continue
@@ -249,13 +260,13 @@ def parse_attribution(raw: object, path: str) -> tuple[tuple[AttributionRule, ..
     return tuple(rules), problems
 
 
-def _user_rule(entry: Mapping[Any, Any], where: str, index: int,
-               problems: list[str]) -> AttributionRule | None:
+def _user_rule(
+    entry: Mapping[Any, Any], where: str, index: int, problems: list[str]
+) -> AttributionRule | None:
     before = len(problems)
     for key in entry:
         if key not in _RULE_KEYS:
-            problems.append(f"{where}.{key}: unknown key (allowed: builtin, "
-                            f"{', '.join(_RULE_KEYS)})")
+            problems.append(f"{where}.{key}: unknown key (allowed: builtin, {', '.join(_RULE_KEYS)})")
     pattern = entry.get("pattern")
     if not isinstance(pattern, str) or not pattern:
         problems.append(f"{where}.pattern: a regular expression is required")

@@ -79,7 +79,11 @@ def _schema(*cols: tuple[str, DataType, bool]) -> StructType:
 
 _INT, _LONG, _STR, _BOOL = IntegerType(), LongType(), StringType(), BooleanType()
 _ARROW: dict[type[DataType], pa.DataType] = {
-    IntegerType: pa.int32(), LongType: pa.int64(), StringType: pa.string(), BooleanType: pa.bool_()}
+    IntegerType: pa.int32(),
+    LongType: pa.int64(),
+    StringType: pa.string(),
+    BooleanType: pa.bool_(),
+}
 
 GROUP_OFFSETS = _schema(
     ("group", _STR, False),
@@ -112,17 +116,15 @@ AT_LSO = _schema(
 )
 
 
-def _frame(spark: SparkSession, rows: Sequence[tuple[object, ...]], schema: StructType
-           ) -> DataFrame:
+def _frame(spark: SparkSession, rows: Sequence[tuple[object, ...]], schema: StructType) -> DataFrame:
     """Rows as a DataFrame through Arrow (no Python worker); empty costs no job."""
     if not rows:
         return spark.createDataFrame([], schema)
     columns = list(zip(*rows, strict=True))
     table = pa.Table.from_arrays(
-        [pa.array(col, type=_ARROW[type(f.dataType)])
-         for col, f in zip(columns, schema.fields, strict=True)],
-        schema=pa.schema([pa.field(f.name, _ARROW[type(f.dataType)], f.nullable)
-                          for f in schema.fields]))
+        [pa.array(col, type=_ARROW[type(f.dataType)]) for col, f in zip(columns, schema.fields, strict=True)],
+        schema=pa.schema([pa.field(f.name, _ARROW[type(f.dataType)], f.nullable) for f in schema.fields]),
+    )
     return spark.createDataFrame(table, schema)
 
 
@@ -136,21 +138,46 @@ class GroupInputs:
     at_lso: DataFrame
 
 
-def group_input_frames(spark: SparkSession, offsets: Sequence[GroupOffset],
-                       checks: Sequence[ConsumableCheck] = (),
-                       carry: GroupsCarry | None = None) -> GroupInputs:
+def group_input_frames(
+    spark: SparkSession,
+    offsets: Sequence[GroupOffset],
+    checks: Sequence[ConsumableCheck] = (),
+    carry: GroupsCarry | None = None,
+) -> GroupInputs:
     """The snapshot's group records and the previous cycle's carry as DataFrames."""
     carry = carry or GroupsCarry()
     return GroupInputs(
-        offsets=_frame(spark, [
-            (o.group, o.topic, o.partition, o.committed_offset, o.coordinator_id, o.group_state,
-             o.pending_transactional_commit) for o in offsets], GROUP_OFFSETS),
-        checks=_frame(spark, [(c.topic, c.partition, c.from_offset, c.to_offset,
-                               c.consumable_records) for c in checks], CONSUMABLE_CHECKS),
-        lso_history=_frame(spark, [(h.topic, h.partition, h.last_stable_offset, h.cycles)
-                                   for h in carry.lso_history], LSO_HISTORY),
-        at_lso=_frame(spark, [(a.group, a.topic, a.partition, a.last_stable_offset, a.since_ms)
-                              for a in carry.at_lso], AT_LSO),
+        offsets=_frame(
+            spark,
+            [
+                (
+                    o.group,
+                    o.topic,
+                    o.partition,
+                    o.committed_offset,
+                    o.coordinator_id,
+                    o.group_state,
+                    o.pending_transactional_commit,
+                )
+                for o in offsets
+            ],
+            GROUP_OFFSETS,
+        ),
+        checks=_frame(
+            spark,
+            [(c.topic, c.partition, c.from_offset, c.to_offset, c.consumable_records) for c in checks],
+            CONSUMABLE_CHECKS,
+        ),
+        lso_history=_frame(
+            spark,
+            [(h.topic, h.partition, h.last_stable_offset, h.cycles) for h in carry.lso_history],
+            LSO_HISTORY,
+        ),
+        at_lso=_frame(
+            spark,
+            [(a.group, a.topic, a.partition, a.last_stable_offset, a.since_ms) for a in carry.at_lso],
+            AT_LSO,
+        ),
     )
 
 
@@ -172,18 +199,24 @@ class GroupFrames:
     def single(self) -> DataFrame:
         """Every output in one DataFrame ``(kind string, row string)``, each row as JSON, so
         that one action reads them all (feed its rows to :func:`groups_result`)."""
-        parts = [frame.select(F.lit(name).alias("kind"),
-                              F.to_json(F.struct(*frame.columns)).alias("row"))
-                 for name, frame in self.named().items()]
+        parts = [
+            frame.select(F.lit(name).alias("kind"), F.to_json(F.struct(*frame.columns)).alias("row"))
+            for name, frame in self.named().items()
+        ]
         result = parts[0]
         for part in parts[1:]:
             result = result.unionByName(part)
         return result
 
 
-def group_frames(inputs: GroupInputs, partitions: DataFrame, open_transactions: DataFrame,
-                 config: GroupsConfig, now_ms: int,
-                 rules: Sequence[AttributionRule] = BUILTIN_RULES) -> GroupFrames:
+def group_frames(
+    inputs: GroupInputs,
+    partitions: DataFrame,
+    open_transactions: DataFrame,
+    config: GroupsConfig,
+    now_ms: int,
+    rules: Sequence[AttributionRule] = BUILTIN_RULES,
+) -> GroupFrames:
     """The group family's output DataFrames (no action runs here)."""
     c = F.col
     parts = partitions.select("topic", "partition", "high_watermark", "last_stable_offset")
@@ -193,58 +226,92 @@ def group_frames(inputs: GroupInputs, partitions: DataFrame, open_transactions: 
 
     offsets = inputs.offsets.where(c("committed_offset") >= 0)
     checks = inputs.checks.select(
-        "topic", "partition", c("from_offset").alias("committed_offset"),
-        c("to_offset").alias("last_stable_offset"), "consumable_records")
-    joined = (offsets.join(F.broadcast(parts), ["topic", "partition"], "left")
-              .join(F.broadcast(checks),
-                    ["topic", "partition", "committed_offset", "last_stable_offset"], "left"))
+        "topic",
+        "partition",
+        c("from_offset").alias("committed_offset"),
+        c("to_offset").alias("last_stable_offset"),
+        "consumable_records",
+    )
+    joined = offsets.join(F.broadcast(parts), ["topic", "partition"], "left").join(
+        F.broadcast(checks), ["topic", "partition", "committed_offset", "last_stable_offset"], "left"
+    )
     known = (c("last_stable_offset") >= 0) & (c("high_watermark") >= 0)
-    consumable = F.when(known, F.coalesce(
-        c("consumable_records"),
-        F.greatest(F.lit(0).cast("long"), c("last_stable_offset") - c("committed_offset"))))
-    blocked_lag = F.when(known, F.greatest(
-        F.lit(0).cast("long"),
-        c("high_watermark") - F.greatest(c("committed_offset"), c("last_stable_offset"))))
-    per_partition = joined.select("group", "topic", "partition", consumable.alias("consumable"),
-                                  blocked_lag.alias("blocked"))
+    consumable = F.when(
+        known,
+        F.coalesce(
+            c("consumable_records"),
+            F.greatest(F.lit(0).cast("long"), c("last_stable_offset") - c("committed_offset")),
+        ),
+    )
+    blocked_lag = F.when(
+        known,
+        F.greatest(
+            F.lit(0).cast("long"),
+            c("high_watermark") - F.greatest(c("committed_offset"), c("last_stable_offset")),
+        ),
+    )
+    per_partition = joined.select(
+        "group", "topic", "partition", consumable.alias("consumable"), blocked_lag.alias("blocked")
+    )
 
-    lags = (per_partition.groupBy("group", "topic")
-            .agg(F.sum("consumable").alias("consumable_lag"), F.sum("blocked").alias("blocked_lag"))
-            .where(c("consumable_lag").isNotNull())
-            .orderBy((c("consumable_lag") + c("blocked_lag")).desc(), "group", "topic")
-            .limit(config.max_group_series))
+    lags = (
+        per_partition.groupBy("group", "topic")
+        .agg(F.sum("consumable").alias("consumable_lag"), F.sum("blocked").alias("blocked_lag"))
+        .where(c("consumable_lag").isNotNull())
+        .orderBy((c("consumable_lag") + c("blocked_lag")).desc(), "group", "topic")
+        .limit(config.max_group_series)
+    )
     partition_limit = config.max_partition_series if config.per_partition else 0
-    partition_lags = (per_partition.where(c("consumable").isNotNull())
-                      .select("group", "topic", "partition",
-                              c("consumable").alias("consumable_lag"),
-                              c("blocked").alias("blocked_lag"))
-                      .orderBy((c("consumable_lag") + c("blocked_lag")).desc(), "group", "topic",
-                               "partition")
-                      .limit(partition_limit))
+    partition_lags = (
+        per_partition.where(c("consumable").isNotNull())
+        .select(
+            "group",
+            "topic",
+            "partition",
+            c("consumable").alias("consumable_lag"),
+            c("blocked").alias("blocked_lag"),
+        )
+        .orderBy((c("consumable_lag") + c("blocked_lag")).desc(), "group", "topic", "partition")
+        .limit(partition_limit)
+    )
 
     lso_history = _lso_history(parts, inputs.lso_history)
     at_lso = _at_lso(joined, inputs.at_lso, now_ms)
     blocked_all = _blocked(at_lso, lso_history, txns, config.blocked_after_cycles, now_ms)
-    blocked = (blocked_all.orderBy(c("blocked_ms").desc(), "group", "topic", "partition")
-               .limit(config.max_blocked))
+    blocked = blocked_all.orderBy(c("blocked_ms").desc(), "group", "topic", "partition").limit(
+        config.max_blocked
+    )
 
     counts = blocked_all.groupBy("group").agg(F.count(F.lit(1)).alias("blocked_partitions"))
-    groups = (inputs.offsets.groupBy("group")
-              .agg(F.max("coordinator_id").alias("coordinator_id"),
-                   F.max("group_state").alias("group_state"),
-                   F.sum(c("pending_transactional_commit").cast("int")).alias(
-                       "unstable_offset_commits"))
-              .join(F.broadcast(counts), "group", "left")
-              .select("group", "coordinator_id", "group_state",
-                      F.coalesce(c("blocked_partitions"), F.lit(0)).alias("blocked_partitions"),
-                      "unstable_offset_commits"))
+    groups = (
+        inputs.offsets.groupBy("group")
+        .agg(
+            F.max("coordinator_id").alias("coordinator_id"),
+            F.max("group_state").alias("group_state"),
+            F.sum(c("pending_transactional_commit").cast("int")).alias("unstable_offset_commits"),
+        )
+        .join(F.broadcast(counts), "group", "left")
+        .select(
+            "group",
+            "coordinator_id",
+            "group_state",
+            F.coalesce(c("blocked_partitions"), F.lit(0)).alias("blocked_partitions"),
+            "unstable_offset_commits",
+        )
+    )
 
-    by_application = (txns.groupBy(F.coalesce(c("application"), F.lit(UNKNOWN_APPLICATION))
-                                   .alias("application"), "txn_class")
-                      .agg(F.count(F.lit(1)).alias("count")))
-    return GroupFrames(lags=lags, partition_lags=partition_lags, blocked=blocked, groups=groups,
-                       by_application=by_application, lso_history=lso_history,
-                       at_lso=at_lso.drop("high_watermark"))
+    by_application = txns.groupBy(
+        F.coalesce(c("application"), F.lit(UNKNOWN_APPLICATION)).alias("application"), "txn_class"
+    ).agg(F.count(F.lit(1)).alias("count"))
+    return GroupFrames(
+        lags=lags,
+        partition_lags=partition_lags,
+        blocked=blocked,
+        groups=groups,
+        by_application=by_application,
+        lso_history=lso_history,
+        at_lso=at_lso.drop("high_watermark"),
+    )
 
 
 def _lso_history(parts: DataFrame, previous: DataFrame) -> DataFrame:
@@ -252,62 +319,85 @@ def _lso_history(parts: DataFrame, previous: DataFrame) -> DataFrame:
     been seen there unchanged. A partition whose offsets were not read this cycle keeps its
     row; a partition gone from the snapshot (or caught up) drops it."""
     c = F.col
-    prev = previous.select("topic", "partition", c("last_stable_offset").alias("prev_lso"),
-                           c("cycles").alias("prev_cycles"))
+    prev = previous.select(
+        "topic", "partition", c("last_stable_offset").alias("prev_lso"), c("cycles").alias("prev_cycles")
+    )
     joined = parts.join(F.broadcast(prev), ["topic", "partition"], "left")
     unread = (c("last_stable_offset") < 0) | (c("high_watermark") < 0)
     open_gap = ~unread & (c("last_stable_offset") < c("high_watermark"))
-    cycles = (F.when(unread, c("prev_cycles"))
-              .when(c("prev_lso") == c("last_stable_offset"), c("prev_cycles") + 1)
-              .otherwise(F.lit(1)))
-    return (joined.where((unread & c("prev_lso").isNotNull()) | open_gap)
-            .select("topic", "partition",
-                    F.when(unread, c("prev_lso")).otherwise(c("last_stable_offset"))
-                    .alias("last_stable_offset"),
-                    cycles.cast("int").alias("cycles")))
+    cycles = (
+        F.when(unread, c("prev_cycles"))
+        .when(c("prev_lso") == c("last_stable_offset"), c("prev_cycles") + 1)
+        .otherwise(F.lit(1))
+    )
+    return joined.where((unread & c("prev_lso").isNotNull()) | open_gap).select(
+        "topic",
+        "partition",
+        F.when(unread, c("prev_lso")).otherwise(c("last_stable_offset")).alias("last_stable_offset"),
+        cycles.cast("int").alias("cycles"),
+    )
 
 
 def _at_lso(joined: DataFrame, previous: DataFrame, now_ms: int) -> DataFrame:
     """Group partitions whose committed offset is the LSO, with the LSO below the HWM, and
     since when they have been there (kept from the previous cycle while the LSO is the same)."""
     c = F.col
-    prev = previous.select("group", "topic", "partition", c("last_stable_offset").alias("prev_lso"),
-                           "since_ms")
-    at = joined.where((c("last_stable_offset") >= 0)
-                      & (c("committed_offset") == c("last_stable_offset"))
-                      & (c("last_stable_offset") < c("high_watermark")))
-    return (at.join(F.broadcast(prev), ["group", "topic", "partition"], "left")
-            .select("group", "topic", "partition", "last_stable_offset", "high_watermark",
-                    F.when(c("prev_lso") == c("last_stable_offset"), c("since_ms"))
-                    .otherwise(F.lit(now_ms).cast("long")).alias("since_ms")))
+    prev = previous.select(
+        "group", "topic", "partition", c("last_stable_offset").alias("prev_lso"), "since_ms"
+    )
+    at = joined.where(
+        (c("last_stable_offset") >= 0)
+        & (c("committed_offset") == c("last_stable_offset"))
+        & (c("last_stable_offset") < c("high_watermark"))
+    )
+    return at.join(F.broadcast(prev), ["group", "topic", "partition"], "left").select(
+        "group",
+        "topic",
+        "partition",
+        "last_stable_offset",
+        "high_watermark",
+        F.when(c("prev_lso") == c("last_stable_offset"), c("since_ms"))
+        .otherwise(F.lit(now_ms).cast("long"))
+        .alias("since_ms"),
+    )
 
 
-def _blocked(at_lso: DataFrame, history: DataFrame, txns: DataFrame, after_cycles: int,
-             now_ms: int) -> DataFrame:
+def _blocked(
+    at_lso: DataFrame, history: DataFrame, txns: DataFrame, after_cycles: int, now_ms: int
+) -> DataFrame:
     c = F.col
-    stuck = history.where(c("cycles") >= after_cycles).select(
-        "topic", "partition", "last_stable_offset")
+    stuck = history.where(c("cycles") >= after_cycles).select("topic", "partition", "last_stable_offset")
     # The transaction AT the LSO: the open one whose first offset is the LSO. At most one
     # can start at an offset; min() over a struct picks it deterministically all the same.
-    at_start = (txns.groupBy("topic", "partition", c("start_offset").alias("last_stable_offset"))
-                .agg(F.min(F.struct(
-                    c("producer_id"), c("transactional_id"), c("txn_class"),
-                    c("duration_ms"), c("application"))).alias("txn")))
-    return (at_lso.join(F.broadcast(stuck), ["topic", "partition", "last_stable_offset"])
-            .join(F.broadcast(at_start), ["topic", "partition", "last_stable_offset"], "left")
-            .select("group", "topic", "partition",
-                    c("last_stable_offset").alias("committed_offset"), "last_stable_offset",
-                    "high_watermark", "since_ms",
-                    F.greatest(F.lit(0).cast("long"), F.lit(now_ms) - c("since_ms"))
-                    .alias("blocked_ms"),
-                    c("txn.transactional_id").alias("transactional_id"),
-                    F.coalesce(c("txn.producer_id"), F.lit(-1).cast("long")).alias("producer_id"),
-                    F.when(c("txn").isNotNull(), c("last_stable_offset"))
-                    .otherwise(F.lit(-1).cast("long")).alias("start_offset"),
-                    c("txn.txn_class").alias("txn_class"),
-                    F.coalesce(c("txn.duration_ms"), F.lit(-1).cast("long"))
-                    .alias("txn_duration_ms"),
-                    c("txn.application").alias("application")))
+    at_start = txns.groupBy("topic", "partition", c("start_offset").alias("last_stable_offset")).agg(
+        F.min(
+            F.struct(
+                c("producer_id"), c("transactional_id"), c("txn_class"), c("duration_ms"), c("application")
+            )
+        ).alias("txn")
+    )
+    return (
+        at_lso.join(F.broadcast(stuck), ["topic", "partition", "last_stable_offset"])
+        .join(F.broadcast(at_start), ["topic", "partition", "last_stable_offset"], "left")
+        .select(
+            "group",
+            "topic",
+            "partition",
+            c("last_stable_offset").alias("committed_offset"),
+            "last_stable_offset",
+            "high_watermark",
+            "since_ms",
+            F.greatest(F.lit(0).cast("long"), F.lit(now_ms) - c("since_ms")).alias("blocked_ms"),
+            c("txn.transactional_id").alias("transactional_id"),
+            F.coalesce(c("txn.producer_id"), F.lit(-1).cast("long")).alias("producer_id"),
+            F.when(c("txn").isNotNull(), c("last_stable_offset"))
+            .otherwise(F.lit(-1).cast("long"))
+            .alias("start_offset"),
+            c("txn.txn_class").alias("txn_class"),
+            F.coalesce(c("txn.duration_ms"), F.lit(-1).cast("long")).alias("txn_duration_ms"),
+            c("txn.application").alias("application"),
+        )
+    )
 
 
 def groups_result(rows: Iterable[Any]) -> GroupsResult:
@@ -320,56 +410,120 @@ def groups_result(rows: Iterable[Any]) -> GroupsResult:
 
 def groups_result_from_dicts(by_kind: Mapping[str, Sequence[Mapping[str, Any]]]) -> GroupsResult:
     """Records from each output's rows as dicts (``Row.asDict()`` works too)."""
+
     def rows(kind: str) -> Sequence[Mapping[str, Any]]:
         return by_kind.get(kind, ())
 
     def lag(r: Mapping[str, Any]) -> GroupLag:
-        return GroupLag(group=r["group"], topic=r["topic"], consumable_lag=int(r["consumable_lag"]),
-                        blocked_lag=int(r["blocked_lag"]), partition=int(r.get("partition", -1)))
+        return GroupLag(
+            group=r["group"],
+            topic=r["topic"],
+            consumable_lag=int(r["consumable_lag"]),
+            blocked_lag=int(r["blocked_lag"]),
+            partition=int(r.get("partition", -1)),
+        )
 
     def blocked(r: Mapping[str, Any]) -> BlockedGroupPartition:
         cls = r.get("txn_class")
         return BlockedGroupPartition(
-            group=r["group"], topic=r["topic"], partition=int(r["partition"]),
+            group=r["group"],
+            topic=r["topic"],
+            partition=int(r["partition"]),
             committed_offset=int(r["committed_offset"]),
             last_stable_offset=int(r["last_stable_offset"]),
-            high_watermark=int(r["high_watermark"]), blocked_since_ms=int(r["since_ms"]),
-            blocked_ms=int(r["blocked_ms"]), transactional_id=r.get("transactional_id"),
-            producer_id=int(r.get("producer_id", -1)), start_offset=int(r.get("start_offset", -1)),
+            high_watermark=int(r["high_watermark"]),
+            blocked_since_ms=int(r["since_ms"]),
+            blocked_ms=int(r["blocked_ms"]),
+            transactional_id=r.get("transactional_id"),
+            producer_id=int(r.get("producer_id", -1)),
+            start_offset=int(r.get("start_offset", -1)),
             txn_class=TxnClass(cls) if cls is not None else None,
-            txn_duration_ms=int(r.get("txn_duration_ms", -1)), application=r.get("application"))
+            txn_duration_ms=int(r.get("txn_duration_ms", -1)),
+            application=r.get("application"),
+        )
 
     return GroupsResult(
         lags=tuple(sorted((lag(r) for r in rows("lags")), key=lambda x: (x.group, x.topic))),
-        partition_lags=tuple(sorted((lag(r) for r in rows("partition_lags")),
-                                    key=lambda x: (x.group, x.topic, x.partition))),
-        blocked=tuple(sorted((blocked(r) for r in rows("blocked")),
-                             key=lambda x: (x.group, x.topic, x.partition))),
-        groups=tuple(sorted((GroupSummary(
-            group=r["group"], coordinator_id=int(r["coordinator_id"]),
-            group_state=r.get("group_state") or "", blocked_partitions=int(r["blocked_partitions"]),
-            unstable_offset_commits=int(r["unstable_offset_commits"]))
-            for r in rows("groups")), key=lambda x: x.group)),
-        by_application=tuple(sorted((ApplicationTransactions(
-            application=r["application"], txn_class=TxnClass(r["txn_class"]), count=int(r["count"]))
-            for r in rows("by_application")), key=lambda x: (x.application, x.txn_class))),
+        partition_lags=tuple(
+            sorted((lag(r) for r in rows("partition_lags")), key=lambda x: (x.group, x.topic, x.partition))
+        ),
+        blocked=tuple(
+            sorted((blocked(r) for r in rows("blocked")), key=lambda x: (x.group, x.topic, x.partition))
+        ),
+        groups=tuple(
+            sorted(
+                (
+                    GroupSummary(
+                        group=r["group"],
+                        coordinator_id=int(r["coordinator_id"]),
+                        group_state=r.get("group_state") or "",
+                        blocked_partitions=int(r["blocked_partitions"]),
+                        unstable_offset_commits=int(r["unstable_offset_commits"]),
+                    )
+                    for r in rows("groups")
+                ),
+                key=lambda x: x.group,
+            )
+        ),
+        by_application=tuple(
+            sorted(
+                (
+                    ApplicationTransactions(
+                        application=r["application"],
+                        txn_class=TxnClass(r["txn_class"]),
+                        count=int(r["count"]),
+                    )
+                    for r in rows("by_application")
+                ),
+                key=lambda x: (x.application, x.txn_class),
+            )
+        ),
         carry=GroupsCarry(
-            lso_history=tuple(sorted((LsoHistory(
-                topic=r["topic"], partition=int(r["partition"]),
-                last_stable_offset=int(r["last_stable_offset"]), cycles=int(r["cycles"]))
-                for r in rows("lso_history")), key=lambda x: (x.topic, x.partition))),
-            at_lso=tuple(sorted((GroupAtLso(
-                group=r["group"], topic=r["topic"], partition=int(r["partition"]),
-                last_stable_offset=int(r["last_stable_offset"]), since_ms=int(r["since_ms"]))
-                for r in rows("at_lso")), key=lambda x: (x.group, x.topic, x.partition))),
+            lso_history=tuple(
+                sorted(
+                    (
+                        LsoHistory(
+                            topic=r["topic"],
+                            partition=int(r["partition"]),
+                            last_stable_offset=int(r["last_stable_offset"]),
+                            cycles=int(r["cycles"]),
+                        )
+                        for r in rows("lso_history")
+                    ),
+                    key=lambda x: (x.topic, x.partition),
+                )
+            ),
+            at_lso=tuple(
+                sorted(
+                    (
+                        GroupAtLso(
+                            group=r["group"],
+                            topic=r["topic"],
+                            partition=int(r["partition"]),
+                            last_stable_offset=int(r["last_stable_offset"]),
+                            since_ms=int(r["since_ms"]),
+                        )
+                        for r in rows("at_lso")
+                    ),
+                    key=lambda x: (x.group, x.topic, x.partition),
+                )
+            ),
         ),
     )
 
 
-def compute_groups(spark: SparkSession, offsets: Sequence[GroupOffset], partitions: DataFrame,
-                   open_transactions: DataFrame, config: GroupsConfig, now_ms: int, *,
-                   checks: Sequence[ConsumableCheck] = (), carry: GroupsCarry | None = None,
-                   rules: Sequence[AttributionRule] = BUILTIN_RULES) -> GroupsResult:
+def compute_groups(
+    spark: SparkSession,
+    offsets: Sequence[GroupOffset],
+    partitions: DataFrame,
+    open_transactions: DataFrame,
+    config: GroupsConfig,
+    now_ms: int,
+    *,
+    checks: Sequence[ConsumableCheck] = (),
+    carry: GroupsCarry | None = None,
+    rules: Sequence[AttributionRule] = BUILTIN_RULES,
+) -> GroupsResult:
     """The whole group family in one Spark action."""
     inputs = group_input_frames(spark, offsets, checks, carry)
     frames = group_frames(inputs, partitions, open_transactions, config, now_ms, rules)
