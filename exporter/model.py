@@ -406,3 +406,115 @@ class CycleResult:
 
 # --- consumer groups and attribution (blast radius) ---------------------------------------
 # Records of the consumer-group family are declared below this line.
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumableCheck:
+    """What lies between a group's committed offset and the LSO, read from the batches
+    (READ_COMMITTED Fetch from the committed offset): control batches (commit/abort markers)
+    and aborted data are not consumable. Read only when the gap is small ("lag stuck at 1")."""
+
+    topic: str
+    partition: int
+    from_offset: int  # the committed offset the Fetch started at
+    to_offset: int  # the LSO the gap ends at
+    consumable_records: int  # records a read_committed consumer would get in [from, to)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLag:
+    """Lag of one consumer group on one topic (``partition`` -1) or one partition.
+
+    ``consumable_lag``: committed -> LSO, what a read_committed consumer can read now (0 when
+    the batches show only markers or aborted data before the LSO). ``blocked_lag``: from
+    max(committed, LSO) to the high watermark, records behind open transactions.
+    """
+
+    group: str
+    topic: str
+    consumable_lag: int
+    blocked_lag: int
+    partition: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class BlockedGroupPartition:
+    """A group partition blocked by a transaction: committed == LSO < HWM, LSO not moving."""
+
+    group: str
+    topic: str
+    partition: int
+    committed_offset: int
+    last_stable_offset: int
+    high_watermark: int
+    #: When the group was first seen at this LSO (epoch ms), and how long ago that is.
+    blocked_since_ms: int
+    blocked_ms: int
+    #: The open transaction whose first offset is the LSO (None/-1 when it was not read).
+    transactional_id: str | None = None
+    producer_id: int = -1
+    start_offset: int = -1
+    txn_class: TxnClass | None = None
+    txn_duration_ms: int = -1
+    application: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSummary:
+    """Per consumer group: its coordinator, state and counts."""
+
+    group: str
+    coordinator_id: int
+    group_state: str
+    blocked_partitions: int
+    unstable_offset_commits: int  # partitions with a pending transactional offset commit
+
+
+@dataclass(frozen=True, slots=True)
+class ApplicationTransactions:
+    """Open transactions of one application (attribution) in one class."""
+
+    application: str  # "unknown" when no rule matched or the transactional id is unknown
+    txn_class: TxnClass
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class LsoHistory:
+    """A partition's LSO and for how many consecutive cycles it has been seen unchanged."""
+
+    topic: str
+    partition: int
+    last_stable_offset: int
+    cycles: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupAtLso:
+    """A group partition seen with committed == LSO < HWM, and since when (epoch ms)."""
+
+    group: str
+    topic: str
+    partition: int
+    last_stable_offset: int
+    since_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupsCarry:
+    """What the next cycle's group pipeline needs from this one."""
+
+    lso_history: tuple[LsoHistory, ...] = ()
+    at_lso: tuple[GroupAtLso, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GroupsResult:
+    """The consumer-group family of one cycle."""
+
+    lags: tuple[GroupLag, ...] = ()  # per group and topic
+    partition_lags: tuple[GroupLag, ...] = ()  # per partition (opt-in)
+    blocked: tuple[BlockedGroupPartition, ...] = ()
+    groups: tuple[GroupSummary, ...] = ()
+    by_application: tuple[ApplicationTransactions, ...] = ()
+    carry: GroupsCarry = field(default_factory=GroupsCarry)

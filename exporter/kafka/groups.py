@@ -1,0 +1,448 @@
+"""Consumer groups: committed offsets on monitored topics, pending transactional commits, and
+what lies between a committed offset and the LSO ("lag stuck at 1").
+
+Requests, over kafka-python's protocol layer (the client ``ClusterAdmin`` builds):
+
+1. ``ListGroups`` to every broker, all in flight together. A broker lists exactly the groups
+   it coordinates (with their state, v4+), so no FindCoordinator is needed.
+2. ``OffsetFetch`` v8+ to each coordinator with all its groups in one request (chunked at
+   ``max_groups_per_request``), ``RequireStable`` set: a partition with a pending
+   transactional offset commit answers ``UNSTABLE_OFFSET_COMMIT`` instead of an offset.
+3. For those partitions only, ``OffsetFetch`` again without ``RequireStable`` (one request per
+   coordinator that had any), to read the last committed offset.
+
+So a cycle costs brokers + coordinators (+ coordinators with pending commits) requests,
+whatever the number of groups and partitions. Every failure becomes a
+:class:`~exporter.model.CollectionError` next to what was read; nothing raises for the batch.
+
+:func:`collect_consumable_checks` reads the batches between a committed offset and the LSO
+with one ``READ_COMMITTED`` Fetch per partition leader: control batches (transaction markers)
+and records of aborted transactions are not consumable.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from exporter.kafka.admin import Collected
+from exporter.kafka.errors import KafkaUnavailable, error_name, error_name_for_code
+from exporter.model import CollectionError, ConsumableCheck, GroupOffset, PartitionOffsets
+
+log = logging.getLogger(__name__)
+K = TypeVar("K")
+
+UNSTABLE_OFFSET_COMMIT = "UNSTABLE_OFFSET_COMMIT"
+#: Group types that keep no consumer offsets to read.
+_SKIPPED_GROUP_TYPES = frozenset({"share"})
+_SKIPPED_PROTOCOL_TYPES = frozenset({"connect"})
+#: OffsetFetch v8 (Kafka 3.0) batches groups; v10 names topics by id only.
+_OFFSET_FETCH_VERSIONS = {"min_version": 8, "max_version": 9}
+#: Fetch v4 brings isolation levels and aborted transactions; v13 names topics by id only.
+_FETCH_VERSIONS = {"min_version": 4, "max_version": 12}
+
+
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    group: str
+    coordinator_id: int
+    state: str
+    protocol_type: str
+    group_type: str
+
+
+class _Requests:
+    """Send requests to brokers concurrently on kafka-python's network manager."""
+
+    def __init__(self, client: Any, request_timeout_ms: int) -> None:
+        self.client = client
+        self.timeout_ms = request_timeout_ms
+
+    def run(self, coro: Callable[..., Any], *args: Any) -> Any:
+        return self.client._manager.run(coro, *args)
+
+    async def send_all(self, requests: Sequence[tuple[K, int, Any]]) -> list[tuple[K, int, Any]]:
+        manager = self.client._manager
+        in_flight: list[tuple[K, int, Any]] = []
+        for key, broker_id, request in requests:
+            try:
+                future = manager.send(request, node_id=broker_id, request_timeout_ms=self.timeout_ms)
+            except Exception as e:  # unknown broker id, a failure cached for the node
+                future = e
+            in_flight.append((key, broker_id, future))
+        results: list[tuple[K, int, Any]] = []
+        for key, broker_id, future in in_flight:
+            if isinstance(future, BaseException):
+                results.append((key, broker_id, future))
+                continue
+            try:
+                response = await manager.wait_for(future, self.timeout_ms + 1000)
+            except Exception as e:
+                response = e
+            results.append((key, broker_id, response))
+        return results
+
+
+def collect_group_offsets(
+    client: Any,
+    *,
+    broker_ids: Iterable[int],
+    topic_filter: Callable[[str], bool],
+    group_filter: Callable[[str], bool] = lambda _: True,
+    request_timeout_ms: int = 10_000,
+    max_groups_per_request: int = 500,
+) -> Collected[GroupOffset]:
+    """Committed offsets, on topics passing ``topic_filter``, of the groups passing
+    ``group_filter``. ``client`` is kafka-python's ``KafkaAdminClient``."""
+    requests = _Requests(client, request_timeout_ms)
+    try:
+        result: Collected[GroupOffset] = requests.run(
+            _collect,
+            requests,
+            sorted(set(broker_ids)),
+            topic_filter,
+            group_filter,
+            max(1, max_groups_per_request),
+        )
+    except KafkaUnavailable:
+        raise
+    except Exception as e:  # a broken client: the whole stage is lost, the cycle goes on
+        return Collected((), (CollectionError("OffsetFetch", error_name(e), message=str(e)[:200]),))
+    return result
+
+
+async def _collect(
+    requests: _Requests,
+    broker_ids: list[int],
+    topic_filter: Callable[[str], bool],
+    group_filter: Callable[[str], bool],
+    chunk: int,
+) -> Collected[GroupOffset]:
+    listed, errors = await _list_groups(requests, broker_ids)
+    wanted = [
+        g
+        for g in listed
+        if group_filter(g.group)
+        and g.group_type not in _SKIPPED_GROUP_TYPES
+        and g.protocol_type not in _SKIPPED_PROTOCOL_TYPES
+    ]
+    by_coordinator: dict[int, list[ListedGroup]] = defaultdict(list)
+    for g in wanted:
+        by_coordinator[g.coordinator_id].append(g)
+    fetch = [
+        (
+            tuple(groups[i : i + chunk]),
+            coordinator,
+            _offset_fetch_request({g.group: None for g in groups[i : i + chunk]}, stable=True),
+        )
+        for coordinator, groups in sorted(by_coordinator.items())
+        for i in range(0, len(groups), chunk)
+    ]
+    rows: dict[tuple[str, str, int], GroupOffset] = {}
+    unstable: dict[int, dict[str, dict[str, list[int]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
+    )
+    info = {g.group: g for g in wanted}
+    for _, coordinator, response in await requests.send_all(fetch):
+        for group, topic, partition, committed, error in _offset_rows(response, coordinator, errors):
+            if not topic_filter(topic):
+                continue
+            listed_group = info.get(group)
+            pending = error == UNSTABLE_OFFSET_COMMIT
+            if pending:
+                unstable[coordinator][group][topic].append(partition)
+            elif error is not None:
+                errors.append(
+                    CollectionError(
+                        "OffsetFetch",
+                        error,
+                        broker_id=coordinator,
+                        topic=topic,
+                        partition=partition,
+                        message=f"group {group}",
+                    )
+                )
+                continue
+            rows[(group, topic, partition)] = GroupOffset(
+                group=group,
+                topic=topic,
+                partition=partition,
+                committed_offset=-1 if pending else committed,
+                coordinator_id=coordinator,
+                group_state=listed_group.state if listed_group else "",
+                pending_transactional_commit=pending,
+            )
+    if unstable:
+        # The committed offset behind a pending transactional commit: read it unstable.
+        refetch = [
+            (
+                None,
+                coordinator,
+                _offset_fetch_request(
+                    {group: dict(topics) for group, topics in groups.items()}, stable=False
+                ),
+            )
+            for coordinator, groups in sorted(unstable.items())
+        ]
+        for _, coordinator, response in await requests.send_all(refetch):
+            for group, topic, partition, offset, error in _offset_rows(response, coordinator, errors):
+                key = (group, topic, partition)
+                if error is None and key in rows:
+                    old = rows[key]
+                    rows[key] = GroupOffset(
+                        old.group, old.topic, old.partition, offset, old.coordinator_id, old.group_state, True
+                    )
+    return Collected(tuple(rows[k] for k in sorted(rows)), tuple(errors))
+
+
+async def _list_groups(
+    requests: _Requests, broker_ids: list[int]
+) -> tuple[list[ListedGroup], list[CollectionError]]:
+    from kafka.protocol.admin.groups import ListGroupsRequest
+
+    listed: list[ListedGroup] = []
+    errors: list[CollectionError] = []
+    sent = [(b, b, ListGroupsRequest(states_filter=[], types_filter=[])) for b in broker_ids]
+    for broker_id, _, response in await requests.send_all(sent):
+        if isinstance(response, BaseException):
+            errors.append(
+                CollectionError(
+                    "ListGroups", error_name(response), broker_id=broker_id, message=str(response)[:200]
+                )
+            )
+            continue
+        if response.error_code != 0:
+            errors.append(
+                CollectionError("ListGroups", error_name_for_code(response.error_code), broker_id=broker_id)
+            )
+            continue
+        listed.extend(
+            ListedGroup(
+                group=g.group_id,
+                coordinator_id=broker_id,
+                state=getattr(g, "group_state", "") or "",
+                protocol_type=g.protocol_type or "",
+                group_type=(getattr(g, "group_type", "") or "").lower(),
+            )
+            for g in response.groups
+        )
+    return listed, errors
+
+
+def _offset_fetch_request(groups: Mapping[str, Mapping[str, list[int]] | None], *, stable: bool) -> Any:
+    from kafka.protocol.consumer.group import OffsetFetchRequest
+
+    group_type = OffsetFetchRequest.OffsetFetchRequestGroup
+    topic_type = group_type.OffsetFetchRequestTopics
+    return OffsetFetchRequest(
+        groups=[
+            group_type(
+                group_id=group,
+                topics=None
+                if topics is None
+                else [topic_type(name=t, partition_indexes=sorted(ps)) for t, ps in sorted(topics.items())],
+            )
+            for group, topics in groups.items()
+        ],
+        require_stable=stable,
+        **_OFFSET_FETCH_VERSIONS,
+    )
+
+
+def _offset_rows(
+    response: Any, coordinator: int, errors: list[CollectionError]
+) -> Iterable[tuple[str, str, int, int, str | None]]:
+    """(group, topic, partition, committed offset, error name or None) of one response;
+    request- and group-level failures go to ``errors``."""
+    if isinstance(response, BaseException):
+        errors.append(
+            CollectionError(
+                "OffsetFetch", error_name(response), broker_id=coordinator, message=str(response)[:200]
+            )
+        )
+        return
+    for group in response.groups:
+        if group.error_code != 0:
+            errors.append(
+                CollectionError(
+                    "OffsetFetch",
+                    error_name_for_code(group.error_code),
+                    broker_id=coordinator,
+                    message=f"group {group.group_id}",
+                )
+            )
+            continue
+        for topic in group.topics:
+            for part in topic.partitions:
+                error = error_name_for_code(part.error_code) if part.error_code else None
+                yield group.group_id, topic.name, part.partition_index, part.committed_offset, error
+
+
+# --- "lag stuck at 1": what lies between a committed offset and the LSO -------------------
+
+
+def consumable_gaps(
+    offsets: Iterable[GroupOffset], partitions: Iterable[PartitionOffsets], max_offsets: int
+) -> list[tuple[str, int, int, int]]:
+    """(topic, partition, committed, LSO) of every group partition with
+    0 < LSO - committed <= ``max_offsets``, deduplicated."""
+    if max_offsets <= 0:
+        return []
+    lso = {(p.topic, p.partition): p.last_stable_offset for p in partitions if p.last_stable_offset >= 0}
+    gaps = {
+        (o.topic, o.partition, o.committed_offset, lso[(o.topic, o.partition)])
+        for o in offsets
+        if o.committed_offset >= 0
+        and (o.topic, o.partition) in lso
+        and 0 < lso[(o.topic, o.partition)] - o.committed_offset <= max_offsets
+    }
+    return sorted(gaps)
+
+
+def collect_consumable_checks(
+    client: Any,
+    gaps: Iterable[tuple[str, int, int, int]],
+    leaders: Mapping[tuple[str, int], int],
+    *,
+    request_timeout_ms: int = 10_000,
+    partition_max_bytes: int = 1 << 20,
+) -> Collected[ConsumableCheck]:
+    """For each (topic, partition, committed, LSO): how many records a read_committed
+    consumer gets in [committed, LSO). One Fetch per leader, from the smallest committed
+    offset of each partition; a gap the fetched batches do not reach gives no check."""
+    by_partition: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+    for topic, partition, start, end in gaps:
+        by_partition[(topic, partition)].append((start, end))
+    if not by_partition:
+        return Collected(())
+    requests = _Requests(client, request_timeout_ms)
+    try:
+        result: Collected[ConsumableCheck] = requests.run(
+            _consumable, requests, dict(by_partition), leaders, partition_max_bytes
+        )
+    except KafkaUnavailable:
+        raise
+    except Exception as e:
+        return Collected((), (CollectionError("Fetch", error_name(e), message=str(e)[:200]),))
+    return result
+
+
+async def _consumable(
+    requests: _Requests,
+    gaps: dict[tuple[str, int], list[tuple[int, int]]],
+    leaders: Mapping[tuple[str, int], int],
+    partition_max_bytes: int,
+) -> Collected[ConsumableCheck]:
+    from kafka.protocol.consumer.fetch import FetchRequest
+
+    errors: list[CollectionError] = []
+    by_leader: dict[int, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
+    for (topic, partition), ranges in sorted(gaps.items()):
+        leader = leaders.get((topic, partition), -1)
+        if leader < 0:
+            errors.append(CollectionError("Fetch", "LEADER_NOT_AVAILABLE", topic=topic, partition=partition))
+            continue
+        by_leader[leader][topic].append((partition, min(start for start, _ in ranges)))
+    sent = []
+    for leader, topics in sorted(by_leader.items()):
+        sent.append(
+            (
+                leader,
+                leader,
+                FetchRequest(
+                    replica_id=-1,
+                    max_wait_ms=0,
+                    min_bytes=1,
+                    max_bytes=partition_max_bytes * sum(len(ps) for ps in topics.values()),
+                    isolation_level=1,
+                    session_id=0,
+                    session_epoch=-1,
+                    topics=[
+                        FetchRequest.FetchTopic(
+                            topic=topic,
+                            partitions=[
+                                FetchRequest.FetchTopic.FetchPartition(
+                                    partition=partition,
+                                    current_leader_epoch=-1,
+                                    fetch_offset=start,
+                                    last_fetched_epoch=-1,
+                                    log_start_offset=-1,
+                                    partition_max_bytes=partition_max_bytes,
+                                )
+                                for partition, start in sorted(parts)
+                            ],
+                        )
+                        for topic, parts in sorted(topics.items())
+                    ],
+                    forgotten_topics_data=[],
+                    rack_id="",
+                    **_FETCH_VERSIONS,
+                ),
+            )
+        )
+    rows: list[ConsumableCheck] = []
+    for leader, _, response in await requests.send_all(sent):
+        if isinstance(response, BaseException):
+            errors.append(
+                CollectionError("Fetch", error_name(response), broker_id=leader, message=str(response)[:200])
+            )
+            continue
+        for topic in response.responses:
+            for part in topic.partitions:
+                key = (topic.topic, part.partition_index)
+                if part.error_code != 0:
+                    errors.append(
+                        CollectionError(
+                            "Fetch",
+                            error_name_for_code(part.error_code),
+                            broker_id=leader,
+                            topic=key[0],
+                            partition=key[1],
+                        )
+                    )
+                    continue
+                aborted = [(a.producer_id, a.first_offset) for a in (part.aborted_transactions or ())]
+                consumable, reached = consumable_offsets(part.records, aborted)
+                for start, end in sorted(set(gaps.get(key, ()))):
+                    if reached >= end - 1:
+                        rows.append(
+                            ConsumableCheck(
+                                key[0], key[1], start, end, sum(1 for o in consumable if start <= o < end)
+                            )
+                        )
+    return Collected(tuple(rows), tuple(errors))
+
+
+def consumable_offsets(records: bytes | None, aborted: Sequence[tuple[int, int]]) -> tuple[list[int], int]:
+    """Offsets a read_committed consumer gets from a READ_COMMITTED Fetch's records (as the
+    Java consumer filters them: control batches and batches of aborted transactions are
+    skipped), and the last offset the batches reach (-1 when none)."""
+    if not records:
+        return [], -1
+    from kafka.record import MemoryRecords
+
+    pending_aborts = sorted(aborted, key=lambda a: a[1])
+    aborting: set[int] = set()
+    consumable: list[int] = []
+    reached = -1
+    batches = MemoryRecords(records)
+    while batches.has_next():
+        batch = batches.next_batch()
+        if batch is None:
+            break
+        while pending_aborts and pending_aborts[0][1] <= batch.base_offset + batch.last_offset_delta:
+            aborting.add(pending_aborts.pop(0)[0])
+        reached = max(reached, batch.base_offset + batch.last_offset_delta)
+        if batch.is_control_batch:
+            if batch.producer_id in aborting:
+                for record in batch:  # an ABORT marker ends the producer's aborted range
+                    if getattr(record, "abort", False):
+                        aborting.discard(batch.producer_id)
+            continue
+        if batch.is_transactional and batch.producer_id in aborting:
+            continue
+        consumable.extend(record.offset for record in batch)
+    return consumable, reached

@@ -1,0 +1,530 @@
+"""The consumer-group family on Spark: lag split for read_committed, blocked consumers, and
+open transactions per application.
+
+Inputs (DataFrames; :func:`group_input_frames` builds the group-side ones from records):
+
+* group offsets: ``group, topic, partition, committed_offset, coordinator_id, group_state,
+  pending_transactional_commit`` (:class:`~exporter.model.GroupOffset`);
+* partitions: ``topic, partition, high_watermark, last_stable_offset`` (-1: unknown);
+* classified open transactions: ``topic, partition, start_offset, transactional_id,
+  producer_id, txn_class, duration_ms`` and ``application`` (added from the attribution rules
+  when absent);
+* consumable checks (:class:`~exporter.model.ConsumableCheck`, the "lag stuck at 1" evidence)
+  and the previous cycle's :class:`~exporter.model.GroupsCarry`.
+
+Definitions (docs/metrics.md):
+
+* ``consumable`` lag of a group partition: LSO - committed, never negative; when a consumable
+  check read the batches between exactly that committed offset and that LSO, the number of
+  records a read_committed consumer gets there instead (0 when only transaction markers or
+  aborted data lie before the LSO).
+* ``blocked`` lag: HWM - max(committed, LSO), never negative: the records behind open
+  transactions the group has not read. A read_uncommitted consumer past the LSO has read part
+  of them, so only the rest counts.
+* A group partition is *blocked by a transaction* when committed == LSO (a committed offset
+  past the LSO is a read_uncommitted consumer: never blocked), LSO < HWM, and the LSO has been
+  seen unchanged (while below the HWM) in at least ``blocked_after_cycles`` consecutive
+  cycles. The finding names the open transaction whose start offset is the LSO, and the group
+  is blocked since the first cycle it was seen at that LSO.
+
+:func:`group_frames` builds lazy DataFrames only; :meth:`GroupFrames.single` folds them into
+one DataFrame so the caller reads everything in one action, and :func:`groups_result` turns
+its rows into records. :func:`compute_groups` does both, for callers with no action of their
+own to share.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BooleanType,
+    DataType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from exporter.groups_config import BUILTIN_RULES, AttributionRule, GroupsConfig
+from exporter.model import (
+    ApplicationTransactions,
+    BlockedGroupPartition,
+    ConsumableCheck,
+    GroupAtLso,
+    GroupLag,
+    GroupOffset,
+    GroupsCarry,
+    GroupsResult,
+    GroupSummary,
+    LsoHistory,
+    TxnClass,
+)
+from exporter.pipeline.attribution import application_column
+
+#: The application label of a transaction no rule attributes (or whose id is unknown).
+UNKNOWN_APPLICATION = "unknown"
+
+
+def _schema(*cols: tuple[str, DataType, bool]) -> StructType:
+    return StructType([StructField(n, t, nullable) for n, t, nullable in cols])
+
+
+_INT, _LONG, _STR, _BOOL = IntegerType(), LongType(), StringType(), BooleanType()
+_ARROW: dict[type[DataType], pa.DataType] = {
+    IntegerType: pa.int32(),
+    LongType: pa.int64(),
+    StringType: pa.string(),
+    BooleanType: pa.bool_(),
+}
+
+GROUP_OFFSETS = _schema(
+    ("group", _STR, False),
+    ("topic", _STR, False),
+    ("partition", _INT, False),
+    ("committed_offset", _LONG, False),
+    ("coordinator_id", _INT, False),
+    ("group_state", _STR, False),
+    ("pending_transactional_commit", _BOOL, False),
+)
+CONSUMABLE_CHECKS = _schema(
+    ("topic", _STR, False),
+    ("partition", _INT, False),
+    ("from_offset", _LONG, False),
+    ("to_offset", _LONG, False),
+    ("consumable_records", _LONG, False),
+)
+LSO_HISTORY = _schema(
+    ("topic", _STR, False),
+    ("partition", _INT, False),
+    ("last_stable_offset", _LONG, False),
+    ("cycles", _INT, False),
+)
+AT_LSO = _schema(
+    ("group", _STR, False),
+    ("topic", _STR, False),
+    ("partition", _INT, False),
+    ("last_stable_offset", _LONG, False),
+    ("since_ms", _LONG, False),
+)
+
+
+def _frame(spark: SparkSession, rows: Sequence[tuple[object, ...]], schema: StructType) -> DataFrame:
+    """Rows as a DataFrame through Arrow (no Python worker); empty costs no job."""
+    if not rows:
+        return spark.createDataFrame([], schema)
+    columns = list(zip(*rows, strict=True))
+    table = pa.Table.from_arrays(
+        [pa.array(col, type=_ARROW[type(f.dataType)]) for col, f in zip(columns, schema.fields, strict=True)],
+        schema=pa.schema([pa.field(f.name, _ARROW[type(f.dataType)], f.nullable) for f in schema.fields]),
+    )
+    return spark.createDataFrame(table, schema)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInputs:
+    """The group side of one cycle as DataFrames."""
+
+    offsets: DataFrame
+    checks: DataFrame
+    lso_history: DataFrame
+    at_lso: DataFrame
+
+
+def group_input_frames(
+    spark: SparkSession,
+    offsets: Sequence[GroupOffset],
+    checks: Sequence[ConsumableCheck] = (),
+    carry: GroupsCarry | None = None,
+) -> GroupInputs:
+    """The snapshot's group records and the previous cycle's carry as DataFrames."""
+    carry = carry or GroupsCarry()
+    return GroupInputs(
+        offsets=_frame(
+            spark,
+            [
+                (
+                    o.group,
+                    o.topic,
+                    o.partition,
+                    o.committed_offset,
+                    o.coordinator_id,
+                    o.group_state,
+                    o.pending_transactional_commit,
+                )
+                for o in offsets
+            ],
+            GROUP_OFFSETS,
+        ),
+        checks=_frame(
+            spark,
+            [(c.topic, c.partition, c.from_offset, c.to_offset, c.consumable_records) for c in checks],
+            CONSUMABLE_CHECKS,
+        ),
+        lso_history=_frame(
+            spark,
+            [(h.topic, h.partition, h.last_stable_offset, h.cycles) for h in carry.lso_history],
+            LSO_HISTORY,
+        ),
+        at_lso=_frame(
+            spark,
+            [(a.group, a.topic, a.partition, a.last_stable_offset, a.since_ms) for a in carry.at_lso],
+            AT_LSO,
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GroupFrames:
+    """The outputs of the group family, lazy; one field per :class:`GroupsResult` part."""
+
+    lags: DataFrame
+    partition_lags: DataFrame
+    blocked: DataFrame
+    groups: DataFrame
+    by_application: DataFrame
+    lso_history: DataFrame
+    at_lso: DataFrame
+
+    def named(self) -> dict[str, DataFrame]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def single(self) -> DataFrame:
+        """Every output in one DataFrame ``(kind string, row string)``, each row as JSON, so
+        that one action reads them all (feed its rows to :func:`groups_result`)."""
+        parts = [
+            frame.select(F.lit(name).alias("kind"), F.to_json(F.struct(*frame.columns)).alias("row"))
+            for name, frame in self.named().items()
+        ]
+        result = parts[0]
+        for part in parts[1:]:
+            result = result.unionByName(part)
+        return result
+
+
+def group_frames(
+    inputs: GroupInputs,
+    partitions: DataFrame,
+    open_transactions: DataFrame,
+    config: GroupsConfig,
+    now_ms: int,
+    rules: Sequence[AttributionRule] = BUILTIN_RULES,
+) -> GroupFrames:
+    """The group family's output DataFrames (no action runs here)."""
+    c = F.col
+    parts = partitions.select("topic", "partition", "high_watermark", "last_stable_offset")
+    txns = open_transactions
+    if "application" not in txns.columns:
+        txns = txns.withColumn("application", application_column("transactional_id", rules))
+
+    offsets = inputs.offsets.where(c("committed_offset") >= 0)
+    checks = inputs.checks.select(
+        "topic",
+        "partition",
+        c("from_offset").alias("committed_offset"),
+        c("to_offset").alias("last_stable_offset"),
+        "consumable_records",
+    )
+    joined = offsets.join(F.broadcast(parts), ["topic", "partition"], "left").join(
+        F.broadcast(checks), ["topic", "partition", "committed_offset", "last_stable_offset"], "left"
+    )
+    known = (c("last_stable_offset") >= 0) & (c("high_watermark") >= 0)
+    consumable = F.when(
+        known,
+        F.coalesce(
+            c("consumable_records"),
+            F.greatest(F.lit(0).cast("long"), c("last_stable_offset") - c("committed_offset")),
+        ),
+    )
+    blocked_lag = F.when(
+        known,
+        F.greatest(
+            F.lit(0).cast("long"),
+            c("high_watermark") - F.greatest(c("committed_offset"), c("last_stable_offset")),
+        ),
+    )
+    per_partition = joined.select(
+        "group", "topic", "partition", consumable.alias("consumable"), blocked_lag.alias("blocked")
+    )
+
+    lags = (
+        per_partition.groupBy("group", "topic")
+        .agg(F.sum("consumable").alias("consumable_lag"), F.sum("blocked").alias("blocked_lag"))
+        .where(c("consumable_lag").isNotNull())
+        .orderBy((c("consumable_lag") + c("blocked_lag")).desc(), "group", "topic")
+        .limit(config.max_group_series)
+    )
+    partition_limit = config.max_partition_series if config.per_partition else 0
+    partition_lags = (
+        per_partition.where(c("consumable").isNotNull())
+        .select(
+            "group",
+            "topic",
+            "partition",
+            c("consumable").alias("consumable_lag"),
+            c("blocked").alias("blocked_lag"),
+        )
+        .orderBy((c("consumable_lag") + c("blocked_lag")).desc(), "group", "topic", "partition")
+        .limit(partition_limit)
+    )
+
+    lso_history = _lso_history(parts, inputs.lso_history)
+    at_lso = _at_lso(joined, inputs.at_lso, now_ms)
+    blocked_all = _blocked(at_lso, lso_history, txns, config.blocked_after_cycles, now_ms)
+    blocked = blocked_all.orderBy(c("blocked_ms").desc(), "group", "topic", "partition").limit(
+        config.max_blocked
+    )
+
+    counts = blocked_all.groupBy("group").agg(F.count(F.lit(1)).alias("blocked_partitions"))
+    groups = (
+        inputs.offsets.groupBy("group")
+        .agg(
+            F.max("coordinator_id").alias("coordinator_id"),
+            F.max("group_state").alias("group_state"),
+            F.sum(c("pending_transactional_commit").cast("int")).alias("unstable_offset_commits"),
+        )
+        .join(F.broadcast(counts), "group", "left")
+        .select(
+            "group",
+            "coordinator_id",
+            "group_state",
+            F.coalesce(c("blocked_partitions"), F.lit(0)).alias("blocked_partitions"),
+            "unstable_offset_commits",
+        )
+    )
+
+    by_application = txns.groupBy(
+        F.coalesce(c("application"), F.lit(UNKNOWN_APPLICATION)).alias("application"), "txn_class"
+    ).agg(F.count(F.lit(1)).alias("count"))
+    return GroupFrames(
+        lags=lags,
+        partition_lags=partition_lags,
+        blocked=blocked,
+        groups=groups,
+        by_application=by_application,
+        lso_history=lso_history,
+        at_lso=at_lso.drop("high_watermark"),
+    )
+
+
+def _lso_history(parts: DataFrame, previous: DataFrame) -> DataFrame:
+    """Partitions whose LSO is below the HWM, with how many consecutive cycles the LSO has
+    been seen there unchanged. A partition whose offsets were not read this cycle keeps its
+    row; a partition gone from the snapshot (or caught up) drops it."""
+    c = F.col
+    prev = previous.select(
+        "topic", "partition", c("last_stable_offset").alias("prev_lso"), c("cycles").alias("prev_cycles")
+    )
+    joined = parts.join(F.broadcast(prev), ["topic", "partition"], "left")
+    unread = (c("last_stable_offset") < 0) | (c("high_watermark") < 0)
+    open_gap = ~unread & (c("last_stable_offset") < c("high_watermark"))
+    cycles = (
+        F.when(unread, c("prev_cycles"))
+        .when(c("prev_lso") == c("last_stable_offset"), c("prev_cycles") + 1)
+        .otherwise(F.lit(1))
+    )
+    return joined.where((unread & c("prev_lso").isNotNull()) | open_gap).select(
+        "topic",
+        "partition",
+        F.when(unread, c("prev_lso")).otherwise(c("last_stable_offset")).alias("last_stable_offset"),
+        cycles.cast("int").alias("cycles"),
+    )
+
+
+def _at_lso(joined: DataFrame, previous: DataFrame, now_ms: int) -> DataFrame:
+    """Group partitions whose committed offset is the LSO, with the LSO below the HWM, and
+    since when they have been there (kept from the previous cycle while the LSO is the same)."""
+    c = F.col
+    prev = previous.select(
+        "group", "topic", "partition", c("last_stable_offset").alias("prev_lso"), "since_ms"
+    )
+    at = joined.where(
+        (c("last_stable_offset") >= 0)
+        & (c("committed_offset") == c("last_stable_offset"))
+        & (c("last_stable_offset") < c("high_watermark"))
+    )
+    return at.join(F.broadcast(prev), ["group", "topic", "partition"], "left").select(
+        "group",
+        "topic",
+        "partition",
+        "last_stable_offset",
+        "high_watermark",
+        F.when(c("prev_lso") == c("last_stable_offset"), c("since_ms"))
+        .otherwise(F.lit(now_ms).cast("long"))
+        .alias("since_ms"),
+    )
+
+
+def _blocked(
+    at_lso: DataFrame, history: DataFrame, txns: DataFrame, after_cycles: int, now_ms: int
+) -> DataFrame:
+    c = F.col
+    stuck = history.where(c("cycles") >= after_cycles).select("topic", "partition", "last_stable_offset")
+    # The transaction AT the LSO: the open one whose first offset is the LSO. At most one
+    # can start at an offset; min() over a struct picks it deterministically all the same.
+    at_start = txns.groupBy("topic", "partition", c("start_offset").alias("last_stable_offset")).agg(
+        F.min(
+            F.struct(
+                c("producer_id"), c("transactional_id"), c("txn_class"), c("duration_ms"), c("application")
+            )
+        ).alias("txn")
+    )
+    return (
+        at_lso.join(F.broadcast(stuck), ["topic", "partition", "last_stable_offset"])
+        .join(F.broadcast(at_start), ["topic", "partition", "last_stable_offset"], "left")
+        .select(
+            "group",
+            "topic",
+            "partition",
+            c("last_stable_offset").alias("committed_offset"),
+            "last_stable_offset",
+            "high_watermark",
+            "since_ms",
+            F.greatest(F.lit(0).cast("long"), F.lit(now_ms) - c("since_ms")).alias("blocked_ms"),
+            c("txn.transactional_id").alias("transactional_id"),
+            F.coalesce(c("txn.producer_id"), F.lit(-1).cast("long")).alias("producer_id"),
+            F.when(c("txn").isNotNull(), c("last_stable_offset"))
+            .otherwise(F.lit(-1).cast("long"))
+            .alias("start_offset"),
+            c("txn.txn_class").alias("txn_class"),
+            F.coalesce(c("txn.duration_ms"), F.lit(-1).cast("long")).alias("txn_duration_ms"),
+            c("txn.application").alias("application"),
+        )
+    )
+
+
+def groups_result(rows: Iterable[Any]) -> GroupsResult:
+    """Records from the rows of :meth:`GroupFrames.single` (``(kind, json)`` pairs)."""
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_kind.setdefault(str(row[0]), []).append(json.loads(row[1]))
+    return groups_result_from_dicts(by_kind)
+
+
+def groups_result_from_dicts(by_kind: Mapping[str, Sequence[Mapping[str, Any]]]) -> GroupsResult:
+    """Records from each output's rows as dicts (``Row.asDict()`` works too)."""
+
+    def rows(kind: str) -> Sequence[Mapping[str, Any]]:
+        return by_kind.get(kind, ())
+
+    def lag(r: Mapping[str, Any]) -> GroupLag:
+        return GroupLag(
+            group=r["group"],
+            topic=r["topic"],
+            consumable_lag=int(r["consumable_lag"]),
+            blocked_lag=int(r["blocked_lag"]),
+            partition=int(r.get("partition", -1)),
+        )
+
+    def blocked(r: Mapping[str, Any]) -> BlockedGroupPartition:
+        cls = r.get("txn_class")
+        return BlockedGroupPartition(
+            group=r["group"],
+            topic=r["topic"],
+            partition=int(r["partition"]),
+            committed_offset=int(r["committed_offset"]),
+            last_stable_offset=int(r["last_stable_offset"]),
+            high_watermark=int(r["high_watermark"]),
+            blocked_since_ms=int(r["since_ms"]),
+            blocked_ms=int(r["blocked_ms"]),
+            transactional_id=r.get("transactional_id"),
+            producer_id=int(r.get("producer_id", -1)),
+            start_offset=int(r.get("start_offset", -1)),
+            txn_class=TxnClass(cls) if cls is not None else None,
+            txn_duration_ms=int(r.get("txn_duration_ms", -1)),
+            application=r.get("application"),
+        )
+
+    return GroupsResult(
+        lags=tuple(sorted((lag(r) for r in rows("lags")), key=lambda x: (x.group, x.topic))),
+        partition_lags=tuple(
+            sorted((lag(r) for r in rows("partition_lags")), key=lambda x: (x.group, x.topic, x.partition))
+        ),
+        blocked=tuple(
+            sorted((blocked(r) for r in rows("blocked")), key=lambda x: (x.group, x.topic, x.partition))
+        ),
+        groups=tuple(
+            sorted(
+                (
+                    GroupSummary(
+                        group=r["group"],
+                        coordinator_id=int(r["coordinator_id"]),
+                        group_state=r.get("group_state") or "",
+                        blocked_partitions=int(r["blocked_partitions"]),
+                        unstable_offset_commits=int(r["unstable_offset_commits"]),
+                    )
+                    for r in rows("groups")
+                ),
+                key=lambda x: x.group,
+            )
+        ),
+        by_application=tuple(
+            sorted(
+                (
+                    ApplicationTransactions(
+                        application=r["application"],
+                        txn_class=TxnClass(r["txn_class"]),
+                        count=int(r["count"]),
+                    )
+                    for r in rows("by_application")
+                ),
+                key=lambda x: (x.application, x.txn_class),
+            )
+        ),
+        carry=GroupsCarry(
+            lso_history=tuple(
+                sorted(
+                    (
+                        LsoHistory(
+                            topic=r["topic"],
+                            partition=int(r["partition"]),
+                            last_stable_offset=int(r["last_stable_offset"]),
+                            cycles=int(r["cycles"]),
+                        )
+                        for r in rows("lso_history")
+                    ),
+                    key=lambda x: (x.topic, x.partition),
+                )
+            ),
+            at_lso=tuple(
+                sorted(
+                    (
+                        GroupAtLso(
+                            group=r["group"],
+                            topic=r["topic"],
+                            partition=int(r["partition"]),
+                            last_stable_offset=int(r["last_stable_offset"]),
+                            since_ms=int(r["since_ms"]),
+                        )
+                        for r in rows("at_lso")
+                    ),
+                    key=lambda x: (x.group, x.topic, x.partition),
+                )
+            ),
+        ),
+    )
+
+
+def compute_groups(
+    spark: SparkSession,
+    offsets: Sequence[GroupOffset],
+    partitions: DataFrame,
+    open_transactions: DataFrame,
+    config: GroupsConfig,
+    now_ms: int,
+    *,
+    checks: Sequence[ConsumableCheck] = (),
+    carry: GroupsCarry | None = None,
+    rules: Sequence[AttributionRule] = BUILTIN_RULES,
+) -> GroupsResult:
+    """The whole group family in one Spark action."""
+    inputs = group_input_frames(spark, offsets, checks, carry)
+    frames = group_frames(inputs, partitions, open_transactions, config, now_ms, rules)
+    return groups_result(frames.single().collect())

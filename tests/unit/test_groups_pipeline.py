@@ -1,0 +1,254 @@
+"""The consumer-group family on fixture tables: lag split, blocked consumers, attribution
+counts, and what is carried from one cycle to the next. No broker; the shared Spark session."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from exporter.groups_config import GroupsConfig
+from exporter.model import (
+    ApplicationTransactions,
+    ConsumableCheck,
+    GroupLag,
+    GroupOffset,
+    GroupsCarry,
+    GroupsResult,
+    TxnClass,
+)
+from exporter.pipeline.groups import compute_groups
+
+pytestmark = pytest.mark.spark
+
+T0 = 1_700_000_000_000
+CYCLE_MS = 30_000
+TOPIC = "orders"
+TID = "order-enricher-3f2b8c1e-9a4d-4e7f-b1c2-0d9e8f7a6b5c-1"
+CONFIG = GroupsConfig(enabled=True, blocked_after_cycles=3)
+
+Partition = tuple[str, int, int, int]  # topic, partition, high_watermark, last_stable_offset
+Txn = tuple[str, int, int, str | None, int, str, int]
+
+
+def partitions(spark: SparkSession, rows: Sequence[Partition]) -> DataFrame:
+    return spark.createDataFrame(
+        list(rows), "topic string, partition int, high_watermark long, last_stable_offset long"
+    )
+
+
+def transactions(spark: SparkSession, rows: Sequence[Txn]) -> DataFrame:
+    return spark.createDataFrame(
+        list(rows),
+        "topic string, partition int, start_offset long, transactional_id string, "
+        "producer_id long, txn_class string, duration_ms long",
+    )
+
+
+def offset(
+    group: str, committed: int, *, partition: int = 0, pending: bool = False, topic: str = TOPIC
+) -> GroupOffset:
+    return GroupOffset(
+        group=group,
+        topic=topic,
+        partition=partition,
+        committed_offset=committed,
+        coordinator_id=1,
+        group_state="Stable",
+        pending_transactional_commit=pending,
+    )
+
+
+OPEN_AT_10: Txn = (TOPIC, 0, 10, TID, 77, TxnClass.HANGING.value, 600_000)
+
+
+def cycles(
+    spark: SparkSession,
+    offsets: Sequence[GroupOffset],
+    parts: Sequence[Partition],
+    txns: Sequence[Txn],
+    count: int,
+    config: GroupsConfig = CONFIG,
+    checks: Sequence[ConsumableCheck] = (),
+) -> list[GroupsResult]:
+    """Run ``count`` cycles on the same tables, carrying state, one CYCLE_MS apart."""
+    results: list[GroupsResult] = []
+    carry: GroupsCarry | None = None
+    for i in range(count):
+        result = compute_groups(
+            spark,
+            offsets,
+            partitions(spark, parts),
+            transactions(spark, txns),
+            config,
+            T0 + i * CYCLE_MS,
+            checks=checks,
+            carry=carry,
+        )
+        carry = result.carry
+        results.append(result)
+    return results
+
+
+def test_read_committed_group_at_the_lso_is_blocked_by_the_transaction_at_the_lso_after_n_cycles(
+    spark: SparkSession,
+) -> None:
+    first, second, third = cycles(spark, [offset("reader", 10)], [(TOPIC, 0, 15, 10)], [OPEN_AT_10], 3)
+    assert first.blocked == () and second.blocked == ()
+    [blocked] = third.blocked
+    assert (blocked.group, blocked.topic, blocked.partition) == ("reader", TOPIC, 0)
+    assert (blocked.committed_offset, blocked.last_stable_offset, blocked.high_watermark) == (10, 10, 15)
+    assert (blocked.transactional_id, blocked.producer_id, blocked.start_offset) == (TID, 77, 10)
+    assert blocked.txn_class is TxnClass.HANGING and blocked.txn_duration_ms == 600_000
+    assert blocked.application == "order-enricher"
+    assert blocked.blocked_since_ms == T0 and blocked.blocked_ms == 2 * CYCLE_MS
+    assert third.lags == (GroupLag("reader", TOPIC, consumable_lag=0, blocked_lag=5),)
+    assert [(g.group, g.blocked_partitions) for g in third.groups] == [("reader", 1)]
+
+
+def test_read_uncommitted_group_past_the_lso_is_never_blocked(spark: SparkSession) -> None:
+    *_, last = cycles(
+        spark, [offset("uncommitted", 15), offset("midway", 12)], [(TOPIC, 0, 15, 10)], [OPEN_AT_10], 4
+    )
+    assert last.blocked == ()
+    assert last.lags == (
+        GroupLag("midway", TOPIC, consumable_lag=0, blocked_lag=3),
+        GroupLag("uncommitted", TOPIC, consumable_lag=0, blocked_lag=0),
+    )
+    assert [g.blocked_partitions for g in last.groups] == [0, 0]
+
+
+def test_group_behind_the_lso_has_consumable_and_blocked_lag_and_is_not_blocked(spark: SparkSession) -> None:
+    *_, last = cycles(spark, [offset("behind", 4)], [(TOPIC, 0, 15, 10)], [OPEN_AT_10], 3)
+    assert last.lags == (GroupLag("behind", TOPIC, consumable_lag=6, blocked_lag=5),)
+    assert last.blocked == ()
+
+
+def test_lag_sums_partitions_of_a_topic_and_per_partition_rows_are_opt_in(spark: SparkSession) -> None:
+    offsets = [offset("g", 4, partition=0), offset("g", 7, partition=1)]
+    parts = [(TOPIC, 0, 15, 10), (TOPIC, 1, 9, 9)]
+    [default] = cycles(spark, offsets, parts, [], 1)
+    assert default.lags == (GroupLag("g", TOPIC, consumable_lag=8, blocked_lag=5),)
+    assert default.partition_lags == ()
+    [opted] = cycles(spark, offsets, parts, [], 1, GroupsConfig(enabled=True, per_partition=True))
+    assert opted.partition_lags == (
+        GroupLag("g", TOPIC, 6, 5, partition=0),
+        GroupLag("g", TOPIC, 2, 0, partition=1),
+    )
+
+
+def test_a_moving_lso_never_blocks_and_restarts_the_count(spark: SparkSession) -> None:
+    carry: GroupsCarry | None = None
+    results = []
+    for i, lso in enumerate([10, 11, 12, 12, 12]):
+        result = compute_groups(
+            spark,
+            [offset("follower", lso)],
+            partitions(spark, [(TOPIC, 0, 20, lso)]),
+            transactions(spark, [(TOPIC, 0, lso, "tx-1", 5, TxnClass.ONGOING.value, 1000)]),
+            CONFIG,
+            T0 + i * CYCLE_MS,
+            carry=carry,
+        )
+        carry = result.carry
+        results.append(result)
+    assert [len(r.blocked) for r in results] == [0, 0, 0, 0, 1]
+    assert results[-1].blocked[0].blocked_since_ms == T0 + 2 * CYCLE_MS
+    assert [h.cycles for h in results[-1].carry.lso_history] == [3]
+
+
+def test_an_lso_unread_for_a_cycle_keeps_its_history(spark: SparkSession) -> None:
+    carry: GroupsCarry | None = None
+    for i, (hwm, lso) in enumerate([(15, 10), (-1, -1), (15, 10)]):
+        result = compute_groups(
+            spark,
+            [offset("g", 10)],
+            partitions(spark, [(TOPIC, 0, hwm, lso)]),
+            transactions(spark, [OPEN_AT_10]),
+            CONFIG,
+            T0 + i * CYCLE_MS,
+            carry=carry,
+        )
+        carry = result.carry
+    assert [h.cycles for h in result.carry.lso_history] == [2]
+
+
+def test_caught_up_partition_leaves_the_lso_history(spark: SparkSession) -> None:
+    [result] = cycles(spark, [offset("g", 10)], [(TOPIC, 0, 10, 10)], [], 1)
+    assert result.carry.lso_history == () and result.carry.at_lso == ()
+    assert result.lags == (GroupLag("g", TOPIC, 0, 0),)
+
+
+def test_blocked_without_a_known_transaction_at_the_lso_still_reports_the_partition(
+    spark: SparkSession,
+) -> None:
+    *_, last = cycles(spark, [offset("g", 10)], [(TOPIC, 0, 15, 10)], [], 3)
+    [blocked] = last.blocked
+    assert (blocked.transactional_id, blocked.producer_id, blocked.start_offset) == (None, -1, -1)
+    assert blocked.txn_class is None and blocked.application is None
+
+
+def test_lag_stuck_at_one_is_zero_when_the_batches_show_nothing_consumable_before_the_lso(
+    spark: SparkSession,
+) -> None:
+    # committed 9, LSO 10: offset 9 is the commit marker of the group's last transaction.
+    marker_only = ConsumableCheck(TOPIC, 0, from_offset=9, to_offset=10, consumable_records=0)
+    stale = ConsumableCheck(TOPIC, 1, from_offset=3, to_offset=10, consumable_records=0)
+    [result] = cycles(
+        spark,
+        [offset("g", 9), offset("g", 9, partition=1)],
+        [(TOPIC, 0, 10, 10), (TOPIC, 1, 10, 10)],
+        [],
+        1,
+        GroupsConfig(enabled=True, per_partition=True),
+        checks=[marker_only, stale],
+    )
+    assert result.partition_lags == (
+        GroupLag("g", TOPIC, 0, 0, partition=0),
+        GroupLag("g", TOPIC, 1, 0, partition=1),
+    )
+
+
+def test_pending_transactional_commits_are_counted_per_group(spark: SparkSession) -> None:
+    [result] = cycles(
+        spark,
+        [
+            offset("txn-group", 3, pending=True),
+            offset("txn-group", 3, partition=1, pending=True),
+            offset("plain", 3),
+        ],
+        [(TOPIC, 0, 3, 3), (TOPIC, 1, 3, 3)],
+        [],
+        1,
+    )
+    assert [(g.group, g.unstable_offset_commits) for g in result.groups] == [("plain", 0), ("txn-group", 2)]
+
+
+def test_open_transactions_are_counted_per_application_and_class(spark: SparkSession) -> None:
+    txns = [
+        OPEN_AT_10,
+        (TOPIC, 1, 4, "fraud-sink-3-17", 8, TxnClass.ONGOING.value, 10),
+        (TOPIC, 2, 4, None, 9, TxnClass.HANGING.value, 10),
+    ]
+    [result] = cycles(spark, [], [(TOPIC, 0, 15, 10)], txns, 1)
+    assert result.by_application == (
+        ApplicationTransactions("fraud-sink", TxnClass.ONGOING, 1),
+        ApplicationTransactions("order-enricher", TxnClass.HANGING, 1),
+        ApplicationTransactions("unknown", TxnClass.HANGING, 1),
+    )
+
+
+def test_series_bounds_keep_the_largest_lags(spark: SparkSession) -> None:
+    offsets = [offset(f"g{i}", 10 - i) for i in range(5)]
+    config = GroupsConfig(enabled=True, max_group_series=2, max_blocked=0)
+    *_, last = cycles(spark, offsets, [(TOPIC, 0, 15, 10)], [OPEN_AT_10], 3, config)
+    assert [lag.group for lag in last.lags] == ["g3", "g4"]
+    assert last.blocked == ()
+    assert [g.blocked_partitions for g in last.groups if g.group == "g0"] == [1]
+
+
+def test_nothing_committed_yields_no_lag(spark: SparkSession) -> None:
+    [result] = cycles(spark, [offset("new", -1)], [(TOPIC, 0, 15, 10)], [], 1)
+    assert result.lags == ()
+    assert [g.group for g in result.groups] == ["new"]
