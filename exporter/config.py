@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import yaml
 
@@ -119,7 +119,16 @@ class LogConfig:
 
 @dataclass(frozen=True)
 class SparkConfig:
-    """Where the pipeline runs: embedded local mode, a cluster master, or Spark Connect."""
+    """Where the pipeline runs: embedded local mode, a cluster master, or Spark Connect.
+
+    Supervision (``exporter.daemon.pipeline``): every pipeline call has a deadline
+    (``pipeline_timeout_ms``, or derived from the shortest cluster interval when ``None``);
+    the session is restarted with back-off when it dies or hangs; ``/healthz`` answers 503
+    when pipeline runs have failed for ``unhealthy_after_intervals`` intervals in a row.
+    """
+
+    #: Spark's memory manager refuses a driver heap below 1.5 x its 300 MiB reserve.
+    MIN_DRIVER_MEMORY_MB: ClassVar[int] = 512
 
     master: str = "local[2]"
     connect_url: str | None = None
@@ -127,6 +136,12 @@ class SparkConfig:
     local_dir: str | None = None
     driver_memory: str = "512m"
     conf: Mapping[str, str] = field(default_factory=dict)
+    #: Loopback port of a Spark Connect endpoint inside the embedded driver (the CLI's warm
+    #: engine); ``None``: no endpoint.
+    connect_server_port: int | None = None
+    pipeline_timeout_ms: int | None = None
+    start_timeout_ms: int = 180_000
+    unhealthy_after_intervals: int = 3
 
     @property
     def redacted_connect_url(self) -> str | None:
@@ -302,22 +317,44 @@ def _read_log(r: _Reader, raw: object) -> LogConfig:
 
 def _read_spark(r: _Reader, raw: object) -> SparkConfig:
     d = r.section(raw, "spark", {"master", "connect_url", "app_name", "local_dir",
-                                 "driver_memory", "conf"})
+                                 "driver_memory", "conf", "connect_server_port",
+                                 "pipeline_timeout", "start_timeout",
+                                 "unhealthy_after_intervals"})
     master = r.get(d, "master", "spark", str, "local[2]")
     if not re.match(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://.+|yarn|k8s://.+)$", master):
         r.problem("spark.master", f"{master!r} is not a Spark master "
                   "(allowed: local, local[N], local[*], spark://HOST:PORT, yarn, k8s://URL)")
     connect = r.get(d, "connect_url", "spark", str, "") or None
     if connect is not None and not connect.startswith("sc://"):
-        r.problem("spark.connect_url", f"{connect!r} must be a Spark Connect URL sc://HOST:PORT")
+        # Never echo the URL: its parameters may carry a token.
+        r.problem("spark.connect_url", "must be a Spark Connect URL sc://HOST:PORT")
     conf_raw = r.get(d, "conf", "spark", dict, {})
     conf = {str(k): str(v) for k, v in conf_raw.items()}
     for k in conf:
         if not k.startswith("spark."):
             r.problem(f"spark.conf.{k}", "Spark settings start with 'spark.'")
     memory = r.get(d, "driver_memory", "spark", str, "512m")
-    if not re.match(r"^\d+[kmgt]$", memory):
+    m = re.match(r"^(\d+)([kmgt])$", memory)
+    if not m:
         r.problem("spark.driver_memory", f"{memory!r} is not a JVM size such as 512m or 1g")
+    elif int(m.group(1)) * {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1 << 20}[m.group(2)] < (
+            SparkConfig.MIN_DRIVER_MEMORY_MB):
+        r.problem("spark.driver_memory", f"{memory!r} is below the minimum "
+                  f"{SparkConfig.MIN_DRIVER_MEMORY_MB}m (Spark reserves 300 MiB of the driver "
+                  "heap and refuses to start below 1.5 times that)")
+    port = r.get(d, "connect_server_port", "spark", int, 0)
+    if port and not 1024 <= port <= 65535:
+        r.problem("spark.connect_server_port", f"{port} is not a port in 1024-65535 (0: off)")
+    if port and connect is not None:
+        r.problem("spark.connect_server_port",
+                  "only for the embedded Spark; with connect_url the exporter starts no JVM")
+    timeout_ms: int | None = None
+    if d.get("pipeline_timeout") is not None:
+        timeout_ms = r.duration(d, "pipeline_timeout", "spark", 0, minimum_ms=1000)
+    unhealthy = r.get(d, "unhealthy_after_intervals", "spark", int, 3)
+    if not 1 <= unhealthy <= 1000:
+        r.problem("spark.unhealthy_after_intervals", f"{unhealthy} is not in 1-1000")
+        unhealthy = 3
     return SparkConfig(
         master=master,
         connect_url=connect,
@@ -325,6 +362,10 @@ def _read_spark(r: _Reader, raw: object) -> SparkConfig:
         local_dir=r.get(d, "local_dir", "spark", str, "") or None,
         driver_memory=memory,
         conf=conf,
+        connect_server_port=port or None,
+        pipeline_timeout_ms=timeout_ms,
+        start_timeout_ms=r.duration(d, "start_timeout", "spark", 180_000, minimum_ms=10_000),
+        unhealthy_after_intervals=unhealthy,
     )
 
 

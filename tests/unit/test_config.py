@@ -42,7 +42,9 @@ def test_reference_config_documents_every_key() -> None:
     assert set(raw) == {"web", "log", "spark", "pipeline", "clusters"}
     assert set(raw["web"]) == {"listen_address", "telemetry_path"}
     assert set(raw["spark"]) == {"master", "connect_url", "app_name", "local_dir",
-                                 "driver_memory", "conf"}
+                                 "driver_memory", "conf", "connect_server_port",
+                                 "pipeline_timeout", "start_timeout",
+                                 "unhealthy_after_intervals"}
     assert set(raw["pipeline"]) == {"late_padding", "lso_lag_series", "max_findings",
                                     "hanging_confirm_cycles"}
     assert set(raw["clusters"][0]) == {"name", "bootstrap_servers", "interval", "request_timeout",
