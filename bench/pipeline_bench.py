@@ -21,7 +21,7 @@ import os
 import random
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -155,6 +155,8 @@ class Figures:
     findings: int
     python_rss_mb: float
     jvm_rss_mb: float
+    #: Seconds per named step of the last warm run (ComputeStats.seconds): what dominates.
+    steps: dict[str, float] = field(default_factory=dict)
 
 
 def bench(spark: SparkSession, partitions: int, runs: int) -> Figures:
@@ -184,6 +186,7 @@ def bench(spark: SparkSession, partitions: int, runs: int) -> Figures:
         findings=len(result.findings),
         python_rss_mb=_rss_mb(os.getpid()),
         jvm_rss_mb=sum(_rss_mb(pid) for pid in _jvm_pids()),
+        steps=dict(getattr(stats, "seconds", {}) or {}),
     )
 
 
@@ -192,7 +195,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     parser.add_argument("--runs", type=int, default=3, help="warm runs per size")
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--driver-memory", default="1g")
+    parser.add_argument("--driver-memory", default="512m", help="the daemon's default")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="extra Spark setting, repeatable")
     args = parser.parse_args()
@@ -213,6 +216,14 @@ def main() -> None:
               f"{r.median_s:>8.2f} {r.max_s:>7.2f} {r.actions:>7} {r.findings:>8} "
               f"{r.python_rss_mb:>9.0f} {r.jvm_rss_mb:>10.0f}")
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print("\nwhere a warm run's time goes (ComputeStats.seconds of the last run, largest first):")
+    for r in rows:
+        top = sorted(r.steps.items(), key=lambda kv: -kv[1])[:6]
+        print(f"  {r.partitions:>7}: " + ", ".join(f"{k} {v:.2f}s" for k, v in top))
+    print()
+    for r in rows:  # read by bench/run.py for its targets table
+        print(f"FIGURE\tpipeline_warm_s@{r.partitions}\t{r.median_s:.4g}")
+        print(f"FIGURE\tpipeline_actions@{r.partitions}\t{r.actions}")
 
 
 if __name__ == "__main__":
