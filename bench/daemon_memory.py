@@ -120,7 +120,7 @@ def descendants(root: int) -> dict[int, str]:
             text = (entry / "stat").read_text()
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue
-        name = text[text.index("(") + 1:text.rindex(")")]
+        name = text[text.index("(") + 1 : text.rindex(")")]
         ppid = int(text.rsplit(")", 1)[1].split()[1])
         parents[int(entry.name)] = (ppid, name)
     found: dict[int, str] = {}
@@ -161,9 +161,14 @@ class CommitLoop:
     def _run(self) -> None:
         from confluent_kafka import Producer
 
-        producer = Producer({"bootstrap.servers": self._bootstrap, "linger.ms": 0,
-                             "transactional.id": f"bench-commit-loop-{os.getpid()}",
-                             "logger": log})
+        producer = Producer(
+            {
+                "bootstrap.servers": self._bootstrap,
+                "linger.ms": 0,
+                "transactional.id": f"bench-commit-loop-{os.getpid()}",
+                "logger": log,
+            }
+        )
         producer.init_transactions(30)
         i = 0
         while not self._stop.wait(self._period_s):
@@ -248,7 +253,7 @@ class VariantResult:
 
     @property
     def steady(self) -> list[Sample]:
-        return self.samples[self.steady_from:] or self.samples
+        return self.samples[self.steady_from :] or self.samples
 
     def peak(self, what: str) -> float:
         return max((value(s, what) for s in self.samples), default=0.0)
@@ -275,11 +280,13 @@ class VariantResult:
     def warm_cycle_s(self) -> float:
         return statistics.median(self.cycle_seconds[1:]) if len(self.cycle_seconds) > 1 else math.nan
 
-    def round_ratio(self) -> float:
-        """Median over rounds 2.. of the slowest cluster's cycle, over the median warm cycle
-        of a single cluster (filled in by the caller through ``single``)."""
-        rounds = [max(c[i] for c in self.cluster_cycles.values())
-                  for i in range(1, min((len(c) for c in self.cluster_cycles.values()), default=0))]
+    def round_s(self) -> float:
+        """Median over rounds 2.. of the slowest cluster's cycle (all clusters' cycles of a
+        round start together: the round lasts as long as its slowest cycle)."""
+        rounds = [
+            max(c[i] for c in self.cluster_cycles.values())
+            for i in range(1, min((len(c) for c in self.cluster_cycles.values()), default=0))
+        ]
         return statistics.median(rounds) if rounds else math.nan
 
 
@@ -339,8 +346,16 @@ def ready(port: int) -> bool:
         return False
 
 
-def write_config(directory: Path, bootstrap: str, port: int, variant: Variant, interval_s: float,
-                 *, connect_url: str | None = None, cli_port: int | None = None) -> Path:
+def write_config(
+    directory: Path,
+    bootstrap: str,
+    port: int,
+    variant: Variant,
+    interval_s: float,
+    *,
+    connect_url: str | None = None,
+    cli_port: int | None = None,
+) -> Path:
     spark: dict[str, object] = {"local_dir": str(directory / "spark")}
     if variant.connect:
         assert connect_url
@@ -353,10 +368,15 @@ def write_config(directory: Path, bootstrap: str, port: int, variant: Variant, i
         "web": {"listen_address": f"127.0.0.1:{port}"},
         "log": {"level": "info"},
         "spark": spark,
-        "clusters": [{"name": name, "bootstrap_servers": bootstrap,
-                      "interval": f"{interval_s}s",
-                      "request_timeout": f"{max(1.0, interval_s - 1)}s"}
-                     for name in variant.cluster_names],
+        "clusters": [
+            {
+                "name": name,
+                "bootstrap_servers": bootstrap,
+                "interval": f"{interval_s}s",
+                "request_timeout": f"{max(1.0, interval_s - 1)}s",
+            }
+            for name in variant.cluster_names
+        ],
     }
     path = directory / f"config-{variant.name}.yml"
     path.write_text(json.dumps(config, indent=2))  # JSON is YAML
@@ -375,26 +395,49 @@ def time_cli_find_hanging(bootstrap: str, *, engine_port: int, log_path: Path) -
     env.pop("SPARK_REMOTE", None)
     started = time.monotonic()
     with log_path.open("ab") as out:
-        code = subprocess.run([*exporter_command(), "find-hanging", "--bootstrap-server", bootstrap,
-                               "--max-transaction-timeout", "0"], stdout=out, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL, env=env, timeout=300, check=False).returncode
+        code = subprocess.run(
+            [
+                *exporter_command(),
+                "find-hanging",
+                "--bootstrap-server",
+                bootstrap,
+                "--max-transaction-timeout",
+                "0",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            timeout=300,
+            check=False,
+        ).returncode
     return time.monotonic() - started, code
 
 
-def run_variant(bootstrap: str, variant: Variant, *, interval_s: float, duration_s: float,
-                min_cycles: int, max_duration_s: float, work: Path,
-                connect_url: str | None = None) -> VariantResult:
+def run_variant(
+    bootstrap: str,
+    variant: Variant,
+    *,
+    interval_s: float,
+    duration_s: float,
+    min_cycles: int,
+    max_duration_s: float,
+    work: Path,
+    connect_url: str | None = None,
+) -> VariantResult:
     port = free_port()
     cli_port = free_port() if variant.cli and not variant.connect else None
-    config = write_config(work, bootstrap, port, variant, interval_s, connect_url=connect_url,
-                          cli_port=cli_port)
+    config = write_config(
+        work, bootstrap, port, variant, interval_s, connect_url=connect_url, cli_port=cli_port
+    )
     result = VariantResult(variant, log_path=str(work / f"daemon-{variant.name}.log"))
     first = variant.cluster_names[0]
     cmd = [*exporter_command(), "run", "--config.file", str(config)]
     progress(f"[{variant.name}] starting: {' '.join(cmd)}")
     with open(result.log_path, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
     started = time.monotonic()
     last = Scrape()
     jvm_pids: set[int] = set()
@@ -417,8 +460,7 @@ def run_variant(bootstrap: str, variant: Variant, *, interval_s: float, duration
                     before = last.clusters.get(name, (0, 0.0))
                     if count > before[0]:
                         per_cycle = (total - before[1]) / (count - before[0])
-                        result.cluster_cycles.setdefault(name, []).extend(
-                            [per_cycle] * (count - before[0]))
+                        result.cluster_cycles.setdefault(name, []).extend([per_cycle] * (count - before[0]))
                 if current.cycles > last.cycles:
                     steps = current.cycles - last.cycles
                     per_cycle = (current.cycle_sum - last.cycle_sum) / steps
@@ -432,17 +474,21 @@ def run_variant(bootstrap: str, variant: Variant, *, interval_s: float, duration
                 last = current
                 result.outcomes = dict(current.outcomes)
             # Every descendant counts: the JVM, and Python workers it may fork (pyspark.daemon).
-            result.samples.append(Sample(elapsed, rss_mib(proc.pid),
-                                         sum(rss_mib(p) for p in children), last.cycles))
+            result.samples.append(
+                Sample(elapsed, rss_mib(proc.pid), sum(rss_mib(p) for p in children), last.cycles)
+            )
             result.python_cpu_s = cpu_seconds(proc.pid) or result.python_cpu_s
             result.jvm_cpu_s = sum(cpu_seconds(p) for p in java) or result.jvm_cpu_s
             time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
         result.run_s = time.monotonic() - started
         if cli_port and proc.poll() is None:
             result.cli_warm_s, result.cli_warm_exit = time_cli_find_hanging(
-                bootstrap, engine_port=cli_port, log_path=work / "cli-warm.log")
-            progress(f"[{variant.name}] CLI find-hanging on the warm engine: "
-                     f"{result.cli_warm_s:.2f} s (exit {result.cli_warm_exit})")
+                bootstrap, engine_port=cli_port, log_path=work / "cli-warm.log"
+            )
+            progress(
+                f"[{variant.name}] CLI find-hanging on the warm engine: "
+                f"{result.cli_warm_s:.2f} s (exit {result.cli_warm_exit})"
+            )
     finally:
         stopping = time.monotonic()
         if proc.poll() is None:
@@ -461,13 +507,16 @@ def run_variant(bootstrap: str, variant: Variant, *, interval_s: float, duration
         result.orphan_jvms = len(left)
         result.jvm_pids = len(jvm_pids)
         if left:
-            progress(f"[{variant.name}] Spark JVM(s) {left} still alive 15 s after the daemon "
-                     "exited: killing them")
+            progress(
+                f"[{variant.name}] Spark JVM(s) {left} still alive 15 s after the daemon exited: killing them"
+            )
             for pid in left:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-    progress(f"[{variant.name}] {len(result.cycle_seconds)} cycles in {result.run_s:.0f} s, "
-             f"peak total {result.peak('total'):.0f} MiB, exit {result.exit_code}")
+    progress(
+        f"[{variant.name}] {len(result.cycle_seconds)} cycles in {result.run_s:.0f} s, "
+        f"peak total {result.peak('total'):.0f} MiB, exit {result.exit_code}"
+    )
     return result
 
 
@@ -484,26 +533,52 @@ def connect_server(work: Path) -> Iterator[tuple[str, int]]:
 
     home = Path(pyspark.__file__).resolve().parent
     port = free_port()
-    conf = {**LOCAL_DEFAULTS, "spark.connect.grpc.binding.address": "127.0.0.1",
-            "spark.connect.grpc.binding.port": str(port), "spark.local.dir": str(work / "connect")}
-    cmd = [str(home / "bin" / "spark-submit"), "--class",
-           "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", "local[2]",
-           "--driver-memory", "512m", "--driver-java-options", " ".join(LEAN_JVM_OPTIONS),
-           *(a for k, v in conf.items() for a in ("--conf", f"{k}={v}")), "spark-internal"]
-    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
-           "SPARK_CONNECT_MODE": "0", "MALLOC_ARENA_MAX": "2"}
+    conf = {
+        **LOCAL_DEFAULTS,
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.local.dir": str(work / "connect"),
+    }
+    cmd = [
+        str(home / "bin" / "spark-submit"),
+        "--class",
+        "org.apache.spark.sql.connect.service.SparkConnectServer",
+        "--master",
+        "local[2]",
+        "--driver-memory",
+        "512m",
+        "--driver-java-options",
+        " ".join(LEAN_JVM_OPTIONS),
+        *(a for k, v in conf.items() for a in ("--conf", f"{k}={v}")),
+        "spark-internal",
+    ]
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_CONNECT_MODE": "0",
+        "MALLOC_ARENA_MAX": "2",
+    }
     env.pop("SPARK_REMOTE", None)
     with (work / "connect-server.log").open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=work,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 300
         while True:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
                 break
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the Spark Connect server did not start: see "
-                                   f"{work / 'connect-server.log'}")
+                raise RuntimeError(
+                    f"the Spark Connect server did not start: see {work / 'connect-server.log'}"
+                )
             time.sleep(0.5)
         java = [p for p, name in descendants(proc.pid).items() if name == "java"] or [proc.pid]
         progress(f"Spark Connect server up on 127.0.0.1:{port}")
@@ -541,11 +616,19 @@ class Extra:
     connect_server_rss_mib: float = math.nan
 
 
-def print_report(results: Sequence[VariantResult], brokers: int, partitions: int,
-                 interval_s: float, traffic: str, extra: Extra) -> None:
+def print_report(
+    results: Sequence[VariantResult],
+    brokers: int,
+    partitions: int,
+    interval_s: float,
+    traffic: str,
+    extra: Extra,
+) -> None:
     print()
-    print(f"== Daemon: kafka-txn-exporter run, {brokers} broker(s), {partitions} partitions, "
-          f"interval {interval_s:g}s ==")
+    print(
+        f"== Daemon: kafka-txn-exporter run, {brokers} broker(s), {partitions} partitions, "
+        f"interval {interval_s:g}s =="
+    )
     print(f"traffic: {traffic}")
     print()
     names = [r.variant.name for r in results]
@@ -556,8 +639,7 @@ def print_report(results: Sequence[VariantResult], brokers: int, partitions: int
 
     row("variant", names)
     row("clusters in the process", [str(r.variant.clusters) for r in results])
-    row("Spark", ["Connect" if r.variant.connect else f"embedded {r.variant.driver_memory}"
-                  for r in results])
+    row("Spark", ["Connect" if r.variant.connect else f"embedded {r.variant.driver_memory}" for r in results])
     row("run (s)", [fmt(r.run_s, ".0f") for r in results])
     row("RSS samples (1/s)", [str(len(r.samples)) for r in results])
     row("Spark JVM seen after (s)", [fmt(r.jvm_seen_s) for r in results])
@@ -567,54 +649,72 @@ def print_report(results: Sequence[VariantResult], brokers: int, partitions: int
     for what in ("python", "jvm", "total"):
         row(f"peak RSS {what} (MiB)", [fmt(r.peak(what), ".0f") for r in results])
     for what in ("python", "jvm", "total"):
-        row(f"steady RSS {what} (MiB, median after cycle 2)",
-            [fmt(r.steady_median(what), ".0f") for r in results])
+        row(
+            f"steady RSS {what} (MiB, median after cycle 2)",
+            [fmt(r.steady_median(what), ".0f") for r in results],
+        )
     row("RSS slope (MiB/min)", [fmt(r.growth_mib_per_min(), "+.1f") for r in results])
     row("  slope window", [r.slope_window() for r in results])
-    row("cycles (complete/partial/failed), 1st cluster",
-        ["/".join(str(int(r.outcomes.get(k, 0))) for k in ("complete", "partial", "failed"))
-         for r in results])
-    row("cycle 1 (s)", [fmt(r.cycle_seconds[0], ".2f") if r.cycle_seconds else "n/a"
-                        for r in results])
+    row(
+        "cycles (complete/partial/failed), 1st cluster",
+        [
+            "/".join(str(int(r.outcomes.get(k, 0))) for k in ("complete", "partial", "failed"))
+            for r in results
+        ],
+    )
+    row("cycle 1 (s)", [fmt(r.cycle_seconds[0], ".2f") if r.cycle_seconds else "n/a" for r in results])
     row("cycles 2.. median (s)", [fmt(r.warm_cycle_s(), ".2f") for r in results])
-    row("cycles 2.. max (s)", [fmt(max(r.cycle_seconds[1:]), ".2f")
-                               if len(r.cycle_seconds) > 1 else "n/a" for r in results])
-    row("round, slowest cluster, median (s)", [fmt(r.round_ratio(), ".2f") for r in results])
+    row(
+        "cycles 2.. max (s)",
+        [fmt(max(r.cycle_seconds[1:]), ".2f") if len(r.cycle_seconds) > 1 else "n/a" for r in results],
+    )
+    row("round, slowest cluster, median (s)", [fmt(r.round_s(), ".2f") for r in results])
     stages = sorted({s for r in results for s in r.stages})
     for stage in stages:
-        row(f"  stage {stage} median (s)",
-            [fmt(statistics.median(r.stages[stage]), ".3f") if r.stages.get(stage) else "n/a"
-             for r in results])
+        row(
+            f"  stage {stage} median (s)",
+            [
+                fmt(statistics.median(r.stages[stage]), ".3f") if r.stages.get(stage) else "n/a"
+                for r in results
+            ],
+        )
     row("CPU python (s) / run", [fmt(r.python_cpu_s, ".0f") for r in results])
     row("CPU Spark JVM (s) / run", [fmt(r.jvm_cpu_s, ".0f") for r in results])
-    row("avg cores used (python+JVM)",
-        [fmt((r.python_cpu_s + r.jvm_cpu_s) / r.run_s, ".2f") if r.run_s else "n/a"
-         for r in results])
+    row(
+        "avg cores used (python+JVM)",
+        [fmt((r.python_cpu_s + r.jvm_cpu_s) / r.run_s, ".2f") if r.run_s else "n/a" for r in results],
+    )
     row("CLI find-hanging, warm engine (s)", [fmt(r.cli_warm_s, ".2f") for r in results])
     row("SIGTERM to exit (s)", [fmt(r.stop_s) for r in results])
     row("exit code", [str(r.exit_code) for r in results])
     row("Spark JVMs seen / alive 15 s after exit", [f"{r.jvm_pids}/{r.orphan_jvms}" for r in results])
     print()
-    print(f"Kafka's find-hanging over the {brokers} broker(s) ({extra.find_hanging_runs} runs, JVM "
-          f"start included): {fmt(extra.find_hanging_s, '.2f')} s")
+    print(
+        f"Kafka's find-hanging over the {brokers} broker(s) ({extra.find_hanging_runs} runs, JVM "
+        f"start included): {fmt(extra.find_hanging_s, '.2f')} s"
+    )
     if not math.isnan(extra.cli_cold_s):
-        print(f"CLI find-hanging cold (local Spark started for the command): "
-              f"{extra.cli_cold_s:.2f} s (exit {extra.cli_cold_exit})")
+        print(
+            f"CLI find-hanging cold (local Spark started for the command): "
+            f"{extra.cli_cold_s:.2f} s (exit {extra.cli_cold_exit})"
+        )
     if not math.isnan(extra.connect_server_rss_mib):
-        print(f"Spark Connect server JVM (thin mode's shared engine), RSS at the end: "
-              f"{extra.connect_server_rss_mib:.0f} MiB")
+        print(
+            f"Spark Connect server JVM (thin mode's shared engine), RSS at the end: "
+            f"{extra.connect_server_rss_mib:.0f} MiB"
+        )
     print()
     for r in results:
-        print(f"cycle durations [{r.variant.name}] (s): "
-              + " ".join(f"{s:.2f}" for s in r.cycle_seconds))
+        print(f"cycle durations [{r.variant.name}] (s): " + " ".join(f"{s:.2f}" for s in r.cycle_seconds))
     print()
-    print(f"Recommended Kubernetes memory (peak total RSS x {HEADROOM}, rounded up to "
-          f"{ROUND_MIB} MiB):")
+    print(f"Recommended Kubernetes memory (peak total RSS x {HEADROOM}, rounded up to {ROUND_MIB} MiB):")
     for r in results:
         mib = recommended_mib(r.peak("total"))
-        print(f"  {r.variant.name}: resources.requests.memory={mib}Mi, "
-              f"resources.limits.memory={mib}Mi   (peak {r.peak('total'):.0f} MiB, "
-              f"steady {r.steady_median('total'):.0f} MiB)")
+        print(
+            f"  {r.variant.name}: resources.requests.memory={mib}Mi, "
+            f"resources.limits.memory={mib}Mi   (peak {r.peak('total'):.0f} MiB, "
+            f"steady {r.steady_median('total'):.0f} MiB)"
+        )
     print("  CPU: see 'avg cores used' (the cycle is bursty; the Spark jobs use up to 2 cores).")
     for r in results:
         if r.exit_code != 0 or not r.cycle_seconds:
@@ -629,8 +729,7 @@ def figure(name: str, value: float) -> None:
         print(f"FIGURE\t{name}\t{value:.4g}")
 
 
-def print_figures(results: Sequence[VariantResult], brokers: int, partitions: int,
-                  extra: Extra) -> None:
+def print_figures(results: Sequence[VariantResult], brokers: int, partitions: int, extra: Extra) -> None:
     """Machine-readable figures for bench/run.py's targets table."""
     where = f"{brokers}b_{partitions}p"
     single = [r for r in results if r.variant.clusters == 1 and not r.variant.connect]
@@ -653,8 +752,10 @@ def print_figures(results: Sequence[VariantResult], brokers: int, partitions: in
     if not math.isnan(extra.cli_cold_s) or warm:
         figure("kafka_find_hanging_s", extra.find_hanging_s)
     if many and single:
-        figure(f"clusters{many[0].variant.clusters}_round_vs_one@{where}",
-               many[0].round_ratio() / single[0].warm_cycle_s())
+        figure(
+            f"clusters{many[0].variant.clusters}_round_vs_one@{where}",
+            many[0].round_s() / single[0].warm_cycle_s(),
+        )
     if thin:
         figure("thin_rss_mib", thin[0].peak("total"))
 
@@ -679,24 +780,30 @@ def kafka_find_hanging(cluster: KafkaCluster) -> tuple[float, int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--variants", default="512m,1g",
-                        help="daemon runs: [Nx]MEMORY[+cli] or connect (default 512m,1g)")
+    parser.add_argument(
+        "--variants", default="512m,1g", help="daemon runs: [Nx]MEMORY[+cli] or connect (default 512m,1g)"
+    )
     parser.add_argument("--brokers", type=int, default=1)
     parser.add_argument("--partitions", type=int, default=3000)
     parser.add_argument("--interval", type=float, default=5.0, help="cycle interval, seconds")
-    parser.add_argument("--duration", type=float, default=60.0,
-                        help="minimum run per variant, seconds (and at least --min-cycles)")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=60.0,
+        help="minimum run per variant, seconds (and at least --min-cycles)",
+    )
     parser.add_argument("--min-cycles", type=int, default=5)
-    parser.add_argument("--max-duration", type=float, default=120.0,
-                        help="hard cap per variant, seconds")
-    parser.add_argument("--cli", action="store_true",
-                        help="also time the CLI's find-hanging cold (no warm engine)")
+    parser.add_argument("--max-duration", type=float, default=120.0, help="hard cap per variant, seconds")
+    parser.add_argument(
+        "--cli", action="store_true", help="also time the CLI's find-hanging cold (no warm engine)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep configs and daemon logs")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-ups: stop brokers
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid>: every thread's stack to stderr
-    logging.basicConfig(level=logging.WARNING,
-                        format="%(asctime)s %(threadName)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(threadName)s %(levelname)s %(name)s: %(message)s"
+    )
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     if args.partitions < 120:
         parser.error("--partitions must be >= 120")
@@ -708,35 +815,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         bootstrap = cluster.bootstrap_servers
         progress(f"{args.brokers} broker(s) up in {time.monotonic() - started:.1f} s ({bootstrap})")
         cluster.create_topic("bench-txn", partitions=100, timeout_s=120)
-        cluster.create_topic("bench-bulk", partitions=args.partitions - 100, replication_factor=1,
-                             timeout_s=600)
+        cluster.create_topic(
+            "bench-bulk", partitions=args.partitions - 100, replication_factor=1, timeout_s=600
+        )
         partial, settle_s, first_error = settle(bootstrap, timeout_s=300)
-        progress(f"{args.partitions} partitions created; settled after {partial} partial "
-                 f"cycle(s) in {settle_s:.1f} s {first_error}")
+        progress(
+            f"{args.partitions} partitions created; settled after {partial} partial "
+            f"cycle(s) in {settle_s:.1f} s {first_error}"
+        )
         traffic = make_traffic(cluster, "bench-txn", open_timeout_ms=900_000)
         progress(f"traffic: {traffic.describe()}")
         extra.find_hanging_s, extra.find_hanging_runs = kafka_find_hanging(cluster)
         progress(f"Kafka's find-hanging: {extra.find_hanging_s:.2f} s")
         if args.cli:
             extra.cli_cold_s, extra.cli_cold_exit = time_cli_find_hanging(
-                bootstrap, engine_port=0, log_path=work / "cli-cold.log")
+                bootstrap, engine_port=0, log_path=work / "cli-cold.log"
+            )
             progress(f"CLI find-hanging cold: {extra.cli_cold_s:.2f} s (exit {extra.cli_cold_exit})")
         try:
             with CommitLoop(bootstrap, "bench-txn", range(20, 100)) as loop:
                 for variant in variants:
-                    common = {"interval_s": args.interval, "duration_s": args.duration,
-                              "min_cycles": args.min_cycles, "max_duration_s": args.max_duration,
-                              "work": work}
+                    common = {
+                        "interval_s": args.interval,
+                        "duration_s": args.duration,
+                        "min_cycles": args.min_cycles,
+                        "max_duration_s": args.max_duration,
+                        "work": work,
+                    }
                     if variant.connect:
                         with connect_server(work) as (url, server_pid):
-                            results.append(run_variant(bootstrap, variant, connect_url=url,
-                                                       **common))  # type: ignore[arg-type]
+                            results.append(run_variant(bootstrap, variant, connect_url=url, **common))
                             extra.connect_server_rss_mib = rss_mib(server_pid)
                     else:
-                        results.append(run_variant(bootstrap, variant,
-                                                   **common))  # type: ignore[arg-type]
-            description = (f"{traffic.describe()}; during the runs a producer committed "
-                           f"{loop.committed} small transactions (1/s), {loop.failures} failed")
+                        results.append(run_variant(bootstrap, variant, **common))
+            description = (
+                f"{traffic.describe()}; during the runs a producer committed "
+                f"{loop.committed} small transactions (1/s), {loop.failures} failed"
+            )
         finally:
             traffic.close()
         print_report(results, args.brokers, args.partitions, args.interval, description, extra)

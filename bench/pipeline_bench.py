@@ -81,8 +81,19 @@ def synthetic_snapshot(partitions: int, seed: int = 7) -> ClusterSnapshot:
             open_txn = rng.random() < OPEN_SHARE
             start = hw - rng.randrange(1, 5000) if open_txn else -1
             last_ts = NOW - rng.randrange(1, 60_000)
-            producers.append(ProducerState(topic, p, leader, pid, epoch, rng.randrange(0, 10**6),
-                                           last_ts, rng.randrange(0, 20), start))
+            producers.append(
+                ProducerState(
+                    topic,
+                    p,
+                    leader,
+                    pid,
+                    epoch,
+                    rng.randrange(0, 10**6),
+                    last_ts,
+                    rng.randrange(0, 20),
+                    start,
+                )
+            )
             if not open_txn:
                 continue
             lso = min(lso, start)
@@ -98,9 +109,19 @@ def synthetic_snapshot(partitions: int, seed: int = 7) -> ClusterSnapshot:
             elif kind < HANGING_SHARE + LATE_SHARE + TWO_PHASE_SHARE:
                 timeout, started = TWO_PHASE_COMMIT_TIMEOUT_MS, NOW - 3 * 86_400_000
             listed.append(ListedTransaction(coordinator, tid, pid, "Ongoing"))
-            described.append(TransactionDescription(
-                coordinator, tid, None, "Ongoing", timeout, started, pid, epoch,
-                (TopicPartition(topic, p),)))
+            described.append(
+                TransactionDescription(
+                    coordinator,
+                    tid,
+                    None,
+                    "Ongoing",
+                    timeout,
+                    started,
+                    pid,
+                    epoch,
+                    (TopicPartition(topic, p),),
+                )
+            )
         offsets.append(PartitionOffsets(topic, p, leader, hw, lso))
     return ClusterSnapshot(
         cluster="bench",
@@ -196,25 +217,28 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="warm runs per size")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="512m", help="the daemon's default")
-    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra Spark setting, repeatable")
+    parser.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting, repeatable"
+    )
     args = parser.parse_args()
 
     conf = dict(item.split("=", 1) for item in args.conf)
-    spark = spark_session(
-        SparkConfig(master=args.master, driver_memory=args.driver_memory, conf=conf)
-    )
+    spark = spark_session(SparkConfig(master=args.master, driver_memory=args.driver_memory, conf=conf))
     try:
         rows = [bench(spark, n, args.runs) for n in args.sizes]
     finally:
         stop(spark)
-    header = (f"{'partitions':>10} {'producers':>9} {'open':>6} {'snap_s':>7} {'cycle_s':>8} "
-              f"{'max_s':>7} {'actions':>7} {'findings':>8} {'py_rss_mb':>9} {'jvm_rss_mb':>10}")
+    header = (
+        f"{'partitions':>10} {'producers':>9} {'open':>6} {'snap_s':>7} {'cycle_s':>8} "
+        f"{'max_s':>7} {'actions':>7} {'findings':>8} {'py_rss_mb':>9} {'jvm_rss_mb':>10}"
+    )
     print(header)
     for r in rows:
-        print(f"{r.partitions:>10} {r.producers:>9} {r.open_txns:>6} {r.build_s:>7.2f} "
-              f"{r.median_s:>8.2f} {r.max_s:>7.2f} {r.actions:>7} {r.findings:>8} "
-              f"{r.python_rss_mb:>9.0f} {r.jvm_rss_mb:>10.0f}")
+        print(
+            f"{r.partitions:>10} {r.producers:>9} {r.open_txns:>6} {r.build_s:>7.2f} "
+            f"{r.median_s:>8.2f} {r.max_s:>7.2f} {r.actions:>7} {r.findings:>8} "
+            f"{r.python_rss_mb:>9.0f} {r.jvm_rss_mb:>10.0f}"
+        )
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print("\nwhere a warm run's time goes (ComputeStats.seconds of the last run, largest first):")
     for r in rows:

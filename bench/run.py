@@ -45,25 +45,109 @@ class Step:
 
 
 STEPS = (
-    Step("pipeline", "pipeline_bench.py", (),
-         ("--sizes", "1000", "10000", "--runs", "3"), 900.0),
-    Step("collection", "collect_bench.py", (), ("--sizes", "100,1000", "--no-cluster3",
-                                                "--repeats", "3"), 600.0),
-    Step("daemon 1 broker", "daemon_memory.py",
-         ("--partitions", "3000", "--variants", "512m+cli,5x512m,connect", "--cli",
-          "--duration", "60", "--max-duration", "180"),
-         ("--partitions", "1000", "--variants", "512m+cli,5x512m,connect", "--cli",
-          "--duration", "40", "--min-cycles", "3", "--max-duration", "150"), 1800.0),
-    Step("daemon soak 10k", "daemon_memory.py",
-         ("--partitions", "10000", "--variants", "512m", "--duration", "330",
-          "--max-duration", "420", "--interval", "10"),
-         ("--partitions", "10000", "--variants", "512m", "--duration", "150",
-          "--min-cycles", "3", "--max-duration", "240", "--interval", "10"), 1500.0),
-    Step("daemon 3 brokers", "daemon_memory.py",
-         ("--brokers", "3", "--partitions", "10000", "--variants", "512m", "--duration", "60",
-          "--max-duration", "180", "--interval", "10"),
-         ("--brokers", "3", "--partitions", "1000", "--variants", "512m", "--duration", "40",
-          "--min-cycles", "3", "--max-duration", "150", "--interval", "10"), 1500.0),
+    Step("pipeline", "pipeline_bench.py", (), ("--sizes", "1000", "10000", "--runs", "3"), 900.0),
+    Step(
+        "collection",
+        "collect_bench.py",
+        (),
+        ("--sizes", "100,1000", "--no-cluster3", "--repeats", "3"),
+        600.0,
+    ),
+    Step(
+        "daemon 1 broker",
+        "daemon_memory.py",
+        (
+            "--partitions",
+            "3000",
+            "--variants",
+            "512m+cli,5x512m,connect",
+            "--cli",
+            "--duration",
+            "60",
+            "--max-duration",
+            "180",
+        ),
+        (
+            "--partitions",
+            "1000",
+            "--variants",
+            "512m+cli,5x512m,connect",
+            "--cli",
+            "--duration",
+            "40",
+            "--min-cycles",
+            "3",
+            "--max-duration",
+            "150",
+        ),
+        1800.0,
+    ),
+    Step(
+        "daemon soak 10k",
+        "daemon_memory.py",
+        (
+            "--partitions",
+            "10000",
+            "--variants",
+            "512m",
+            "--duration",
+            "330",
+            "--max-duration",
+            "420",
+            "--interval",
+            "10",
+        ),
+        (
+            "--partitions",
+            "10000",
+            "--variants",
+            "512m",
+            "--duration",
+            "150",
+            "--min-cycles",
+            "3",
+            "--max-duration",
+            "240",
+            "--interval",
+            "10",
+        ),
+        1500.0,
+    ),
+    Step(
+        "daemon 3 brokers",
+        "daemon_memory.py",
+        (
+            "--brokers",
+            "3",
+            "--partitions",
+            "10000",
+            "--variants",
+            "512m",
+            "--duration",
+            "60",
+            "--max-duration",
+            "180",
+            "--interval",
+            "10",
+        ),
+        (
+            "--brokers",
+            "3",
+            "--partitions",
+            "1000",
+            "--variants",
+            "512m",
+            "--duration",
+            "40",
+            "--min-cycles",
+            "3",
+            "--max-duration",
+            "150",
+            "--interval",
+            "10",
+        ),
+        1500.0,
+    ),
 )
 
 #: (figure, name prefixes to look for in order, target as (comparison, value) or None,
@@ -73,26 +157,37 @@ TARGETS: tuple[tuple[str, tuple[str, ...], tuple[str, float] | None, str], ...] 
     ("pipeline warm, 10k partitions (s)", ("pipeline_warm_s@10000",), ("<=", 0.5), "2.99"),
     ("pipeline warm, 100k partitions (s)", ("pipeline_warm_s@100000",), ("<=", 2.0), "6.17"),
     ("Spark actions per cycle, 10k", ("pipeline_actions@10000",), ("<=", 2), "7"),
-    ("daemon cycle / Kafka find-hanging, 1 broker", ("daemon_vs_find_hanging@1b_3000p",
-                                                     "daemon_vs_find_hanging@1b_"), ("<=", 0.5),
-     "2.6x (2.98 s / 1.16 s)"),
-    ("daemon cycle / Kafka find-hanging, 3 brokers", ("daemon_vs_find_hanging@3b_10000p",
-                                                      "daemon_vs_find_hanging@3b_"), ("<=", 0.2),
-     "0.55x at 3000 p."),
-    ("daemon cycle, 1 broker (s)", ("daemon_cycle_s@1b_3000p", "daemon_cycle_s@1b_1000p"), None,
-     "2.98"),
-    ("Kafka find-hanging, 1 broker (s)", ("find_hanging_s@1b_3000p", "find_hanging_s@1b_1000p"),
-     None, "1.16"),
+    (
+        "daemon cycle / Kafka find-hanging, 1 broker",
+        ("daemon_vs_find_hanging@1b_3000p", "daemon_vs_find_hanging@1b_"),
+        ("<=", 0.5),
+        "2.6x (2.98 s / 1.16 s)",
+    ),
+    (
+        "daemon cycle / Kafka find-hanging, 3 brokers",
+        ("daemon_vs_find_hanging@3b_10000p", "daemon_vs_find_hanging@3b_"),
+        ("<=", 0.2),
+        "0.55x at 3000 p.",
+    ),
+    ("daemon cycle, 1 broker (s)", ("daemon_cycle_s@1b_3000p", "daemon_cycle_s@1b_1000p"), None, "2.98"),
+    (
+        "Kafka find-hanging, 1 broker (s)",
+        ("find_hanging_s@1b_3000p", "find_hanging_s@1b_1000p"),
+        None,
+        "1.16",
+    ),
     ("CLI find-hanging, warm engine (s)", ("cli_warm_s",), ("<=", 3.0), "17.5 (no warm engine)"),
     ("CLI find-hanging, cold (s)", ("cli_cold_s",), ("<=", 10.0), "17.5"),
     ("RSS peak, embedded, 10k (MiB)", ("rss_peak_mib@1b_10000p",), ("<=", 768), "1078 (3000 p.)"),
-    ("RSS slope, embedded, 10k (MiB/min)", ("rss_slope_mib_min@1b_10000p",), ("<=", 1.0),
-     "+87 (1st minute)"),
-    ("RSS peak, embedded, 1 broker (MiB)", ("rss_peak_mib@1b_3000p", "rss_peak_mib@1b_1000p"),
-     None, "1078"),
+    ("RSS slope, embedded, 10k (MiB/min)", ("rss_slope_mib_min@1b_10000p",), ("<=", 1.0), "+87 (1st minute)"),
+    ("RSS peak, embedded, 1 broker (MiB)", ("rss_peak_mib@1b_3000p", "rss_peak_mib@1b_1000p"), None, "1078"),
     ("RSS, thin (Connect) mode (MiB)", ("thin_rss_mib",), ("<=", 200), "-"),
-    ("first cycle published after start (s)", ("first_cycle_s@1b_3000p", "first_cycle_s@1b_"),
-     ("<=", 12.0), "22"),
+    (
+        "first cycle published after start (s)",
+        ("first_cycle_s@1b_3000p", "first_cycle_s@1b_"),
+        ("<=", 12.0),
+        "22",
+    ),
     ("5 clusters' round / 1 cluster's cycle", ("clusters5_round_vs_one@",), ("<=", 2.0), "-"),
 )
 
@@ -105,8 +200,7 @@ def run_step(step: Step, quick: bool, figures: dict[str, float]) -> tuple[str, f
     print(f"\n######## {step.name}: {' '.join(cmd)} (limit {step.timeout_s:.0f} s)", flush=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.PIPE, text=True)
     reader = threading.Thread(target=_relay, args=(proc, figures), daemon=True)
     reader.start()
     try:
@@ -158,8 +252,10 @@ def print_targets(figures: dict[str, float]) -> None:
             continue
         met = "" if target is None else ("yes" if value <= target[1] else "NO")
         print(f"{label:<46} {value:>9.3g} {_target(target):>9} {met:>5}  {anchor:<24} {name}")
-    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
-          "(absolute times are pessimistic on a loaded machine; ratios are within one run)")
+    print(
+        f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
+        "(absolute times are pessimistic on a loaded machine; ratios are within one run)"
+    )
 
 
 def _target(target: tuple[str, float] | None) -> str:
@@ -169,13 +265,15 @@ def _target(target: tuple[str, float] | None) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description="Run every benchmark and print all figures.")
     parser.add_argument("--quick", action="store_true", help="smaller variants (smoke run)")
-    parser.add_argument("--only", choices=[s.name for s in STEPS], action="append",
-                        help="run only these steps (repeatable)")
+    parser.add_argument(
+        "--only", choices=[s.name for s in STEPS], action="append", help="run only these steps (repeatable)"
+    )
     args = parser.parse_args()
     started = time.monotonic()
     figures: dict[str, float] = {}
-    outcomes = [run_step(step, args.quick, figures) for step in STEPS
-                if not args.only or step.name in args.only]
+    outcomes = [
+        run_step(step, args.quick, figures) for step in STEPS if not args.only or step.name in args.only
+    ]
     print(f"\n######## summary ({time.monotonic() - started:.0f} s in all)")
     for name, seconds, outcome in outcomes:
         print(f"  {name:<16} {seconds:>6.0f} s  {outcome}")

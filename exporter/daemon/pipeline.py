@@ -75,10 +75,16 @@ def _bounded(fn: Callable[[], Any], timeout_s: float, name: str) -> tuple[bool, 
 class PipelineRunner:
     """The Spark session, started once, kept warm and supervised; the pipeline entry point."""
 
-    def __init__(self, spark_config: SparkConfig, settings: PipelineSettings, *,
-                 session: Any = None, interval_s: float | None = None,
-                 clock: Callable[[], float] = time.monotonic,
-                 compute_fn: ComputeFn | None = None) -> None:
+    def __init__(
+        self,
+        spark_config: SparkConfig,
+        settings: PipelineSettings,
+        *,
+        session: Any = None,
+        interval_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        compute_fn: ComputeFn | None = None,
+    ) -> None:
         """``session``: an existing SparkSession to use and leave running (tests, the CLI);
         it is never killed or restarted. ``interval_s``: the shortest cluster interval, from
         which the default deadline and the health window derive (see :meth:`use_interval`).
@@ -154,8 +160,9 @@ class PipelineRunner:
     def _launch_start_locked(self) -> None:
         self._start_done = threading.Event()
         self._start_began = self._clock()
-        thread = threading.Thread(target=self._start_session, args=(self._generation,),
-                                  name="spark-start", daemon=True)
+        thread = threading.Thread(
+            target=self._start_session, args=(self._generation,), name="spark-start", daemon=True
+        )
         self._start_thread = thread
         thread.start()
 
@@ -185,9 +192,12 @@ class PipelineRunner:
         if not current:  # stopped (or superseded) while the JVM started
             self._teardown(spark, pid, graceful=True)
             return
-        log.info("Spark session ready in %.1f s (%s%s)", self._clock() - started,
-                 self._spark_config.redacted_connect_url or self._spark_config.master,
-                 f", driver JVM pid {pid}" if pid else "")
+        log.info(
+            "Spark session ready in %.1f s (%s%s)",
+            self._clock() - started,
+            self._spark_config.redacted_connect_url or self._spark_config.master,
+            f", driver JVM pid {pid}" if pid else "",
+        )
         if is_embedded(self._spark_config) and self._real_calls == 0:
             self._warm_up(spark)
 
@@ -234,18 +244,18 @@ class PipelineRunner:
                     if now < self._retry_at:
                         raise PipelineUnavailableError(
                             f"Spark is restarting (next attempt in {self._retry_at - now:.0f} s); "
-                            f"last error: {self._last_error}")
+                            f"last error: {self._last_error}"
+                        )
                     self._launch_start_locked()
                 done, began = self._start_done, self._start_began
                 if self._last_ok is None and not first_start:
                     # Before the first success, wait for the JVM as long as it may take.
                     deadline = max(deadline, began + self.start_timeout_s)
             if done.wait(max(0.0, deadline - self._clock())):
-                continue  # ready or failed: look again
+                continue  # ready, failed or stopped: look again
             if self._clock() - began >= self.start_timeout_s:
                 self._abandon_start(began)
-            raise PipelineUnavailableError(
-                f"Spark is still starting ({self._clock() - began:.0f} s so far)")
+            raise PipelineUnavailableError(f"Spark is still starting ({self._clock() - began:.0f} s so far)")
 
     def _abandon_start(self, began: float) -> None:
         """A start that ran past ``start_timeout``: kill what it started, back off. The start
@@ -269,8 +279,7 @@ class PipelineRunner:
 
     # --- the pipeline call ---------------------------------------------------------------
 
-    def compute(self, snapshot: ClusterSnapshot, previous: CycleResult | None,
-                now_ms: int) -> CycleResult:
+    def compute(self, snapshot: ClusterSnapshot, previous: CycleResult | None, now_ms: int) -> CycleResult:
         """Run the pipeline on ``snapshot`` within the deadline (see the module doc).
 
         Raises :class:`PipelineUnavailableError` (no session now), :class:`PipelineTimeoutError`, or
@@ -304,11 +313,17 @@ class PipelineRunner:
 
         thread = threading.Thread(target=run, name=f"pipeline-{snapshot.cluster}", daemon=True)
         thread.start()
-        thread.join(max(0.0, deadline - self._clock()))
+        while thread.is_alive() and self._clock() < deadline:
+            thread.join(min(0.25, max(0.0, deadline - self._clock())))
+            if self._stopped.is_set() and thread.is_alive():
+                # Stopping: never keep the caller (a scheduler thread the interpreter joins
+                # at exit) waiting for a run whose session is being torn down.
+                raise PipelineUnavailableError("the pipeline is stopping")
         if thread.is_alive():
             self._on_deadline(spark, generation, tag, snapshot.cluster, timeout)
-            raise PipelineTimeoutError(f"pipeline run for cluster {snapshot.cluster} passed its "
-                                  f"deadline of {timeout:.0f} s")
+            raise PipelineTimeoutError(
+                f"pipeline run for cluster {snapshot.cluster} passed its deadline of {timeout:.0f} s"
+            )
         error = box.get("error")
         if error is not None:
             with self._lock:
@@ -343,19 +358,23 @@ class PipelineRunner:
         finished, value = _bounded(probe, PING_TIMEOUT_S, "spark-ping")
         return finished and not isinstance(value, BaseException) and value is not True
 
-    def _on_deadline(self, spark: Any, generation: int, tag: str, cluster: str,
-                     timeout: float) -> None:
+    def _on_deadline(self, spark: Any, generation: int, tag: str, cluster: str, timeout: float) -> None:
         with self._lock:
             self._mark_failure_locked()
         if self._alive(spark):
-            finished, _ = _bounded(lambda: spark.interruptTag(tag), PING_TIMEOUT_S,
-                                   "spark-interrupt")
-            log.warning("pipeline run for cluster %s passed its deadline of %.0f s; its Spark "
-                        "jobs were %s", cluster, timeout,
-                        "interrupted" if finished else "not interruptible")
+            finished, _ = _bounded(lambda: spark.interruptTag(tag), PING_TIMEOUT_S, "spark-interrupt")
+            log.warning(
+                "pipeline run for cluster %s passed its deadline of %.0f s; its Spark jobs were %s",
+                cluster,
+                timeout,
+                "interrupted" if finished else "not interruptible",
+            )
             return
-        self._restart(generation, f"Spark session does not answer (hung or dead) after the "
-                                  f"pipeline run for cluster {cluster} passed its deadline")
+        self._restart(
+            generation,
+            f"Spark session does not answer (hung or dead) after the "
+            f"pipeline run for cluster {cluster} passed its deadline",
+        )
 
     def _restart(self, generation: int, why: str) -> None:
         """Tear the session of ``generation`` down; the next call starts a new one after
@@ -374,8 +393,12 @@ class PipelineRunner:
             self._retry_at = self._clock() + backoff
             self._last_error = why
             self.restarts += 1
-        log.error("%s: tearing it down%s; a new session starts in %.0f s", why,
-                  f" (killing driver JVM pid {pid})" if pid else "", backoff)
+        log.error(
+            "%s: tearing it down%s; a new session starts in %.0f s",
+            why,
+            f" (killing driver JVM pid {pid})" if pid else "",
+            backoff,
+        )
         self._teardown(spark, pid, graceful=False)
 
     def _teardown(self, spark: Any, pid: int | None, *, graceful: bool) -> None:
@@ -411,8 +434,10 @@ class PipelineRunner:
         if age <= window:
             return True, "ok"
         what = "since start" if last_ok is None else f"for {age:.0f} s"
-        return False, (f"no pipeline run succeeded {what} ({intervals} interval(s) allowed)"
-                       + (f"; last error: {why}" if why else ""))
+        return False, (
+            f"no pipeline run succeeded {what} ({intervals} interval(s) allowed)"
+            + (f"; last error: {why}" if why else "")
+        )
 
     def stop(self) -> None:
         """Stop Spark for good, within :data:`STOP_GRACE_S` plus a kill, whatever it does."""
@@ -422,6 +447,7 @@ class PipelineRunner:
             self._spark, self._pid = None, None
             self._generation += 1
             starting = self._start_thread is not None
+            self._start_done.set()  # wake callers waiting for a start: they see "stopped"
         if spark is not None and self._owns_session:
             self._teardown(spark, pid, graceful=True)
         elif starting and self._owns_session and self._spark_config.connect_url is None:

@@ -61,8 +61,9 @@ def cli_engine(spark_config: SparkConfig | None = None) -> Iterator[SparkSession
             finally:
                 _quietly_stop(session)
             return
-    lazy = _LazySession(replace(config, master="local[2]", connect_url=None,
-                                app_name="kafka-txn-exporter-cli"))
+    lazy = _LazySession(
+        replace(config, master="local[2]", connect_url=None, app_name="kafka-txn-exporter-cli")
+    )
     try:
         yield cast("SparkSession", lazy)
     finally:
@@ -103,8 +104,7 @@ def _connect_session(config: SparkConfig, url: str) -> SparkSession | None:
         session = spark_session(replace(config, connect_url=url))
         session.range(1).collect()
     except Exception as e:  # not a Connect server, no client libraries, refused
-        log.info("no Spark Connect engine at %s (%s): starting a local Spark", where,
-                 type(e).__name__)
+        log.info("no Spark Connect engine at %s (%s): starting a local Spark", where, type(e).__name__)
         return None
     log.info("using the Spark Connect engine at %s", where)
     return session

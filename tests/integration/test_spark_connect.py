@@ -135,11 +135,16 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     }
     command = [
         str(SPARK_HOME / "bin" / "spark-submit"),
-        "--class", SERVER_CLASS,
-        "--name", "kafka-txn-exporter-connect-test",
-        "--master", "local[2]",
-        "--driver-memory", "512m",
-        "--driver-java-options", f"-Dlog4j2.configurationFile={log4j} -Djava.io.tmpdir={work}",
+        "--class",
+        SERVER_CLASS,
+        "--name",
+        "kafka-txn-exporter-connect-test",
+        "--master",
+        "local[2]",
+        "--driver-memory",
+        "512m",
+        "--driver-java-options",
+        f"-Dlog4j2.configurationFile={log4j} -Djava.io.tmpdir={work}",
         *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")),
         "spark-internal",
     ]
@@ -151,17 +156,25 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     }
     env.pop("SPARK_REMOTE", None)
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(command, cwd=work, env=env, stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            command,
+            cwd=work,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not port_answers(port):
             if proc.poll() is not None:
-                pytest.fail(f"Spark Connect server exited with {proc.returncode}:\n"
-                            f"{log_tail(log_path)}")
+                pytest.fail(f"Spark Connect server exited with {proc.returncode}:\n{log_tail(log_path)}")
             if time.monotonic() > deadline:
-                pytest.fail(f"Spark Connect server did not answer on 127.0.0.1:{port} within "
-                            f"{START_TIMEOUT_S:.0f} s:\n{log_tail(log_path)}")
+                pytest.fail(
+                    f"Spark Connect server did not answer on 127.0.0.1:{port} within "
+                    f"{START_TIMEOUT_S:.0f} s:\n{log_tail(log_path)}"
+                )
             time.sleep(0.5)
         yield f"sc://127.0.0.1:{port}"
     finally:
@@ -170,12 +183,19 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def start_connect_client(url: str) -> subprocess.Popen[str]:
     """The cycles of :data:`CYCLES` on Spark Connect, in a fresh Python process."""
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE", "PYSPARK_SUBMIT_ARGS")}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE", "PYSPARK_SUBMIT_ARGS")
+    }
     return subprocess.Popen(
         [sys.executable, "-m", "tests.integration.spark_connect_cycles", url],
-        cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -209,8 +229,7 @@ def assert_meaningful(results: list[CycleResult]) -> None:
     classes2 = dict(rich2.open_transactions_by_class)
     assert classes2[TxnClass.HANGING] == 1
     assert rich2.hanging_candidates == ((("t", 0, 100, 100), 2),)
-    assert [(a.transactional_id, a.old_epoch, a.new_epoch) for a in rich2.timeout_aborts] == [
-        ("slow", 5, 6)]
+    assert [(a.transactional_id, a.old_epoch, a.new_epoch) for a in rich2.timeout_aborts] == [("slow", 5, 6)]
     assert any(c.two_phase_commit_open_time_max_ms > 0 for c in rich1.coordinators)
 
 
@@ -218,8 +237,9 @@ def test_pipeline_on_spark_connect_equals_local(spark: SparkSession, connect_url
     # The Connect client works in its own process meanwhile: both finish sooner.
     client = start_connect_client(connect_url)
     try:
-        local = run_cycles(lambda snap, settings, previous, now_ms: compute(
-            spark, snap, settings, previous, now_ms))
+        local = run_cycles(
+            lambda snap, settings, previous, now_ms: compute(spark, snap, settings, previous, now_ms)
+        )
         assert_meaningful(local)
         remote = connect_client_output(client)
     finally:
@@ -257,8 +277,9 @@ def _series(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 def _comparable_series(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float | None]:
-    return {key: (None if any(part in key[0] for part in _TIME_VALUED) else v)
-            for key, v in _series(text).items()}
+    return {
+        key: (None if any(part in key[0] for part in _TIME_VALUED) else v) for key, v in _series(text).items()
+    }
 
 
 def _java_children(pid: int) -> list[int]:
@@ -290,8 +311,12 @@ def _get(url: str) -> tuple[int, str]:
 
 @pytest.mark.kafka
 def test_thin_daemon_on_spark_connect_publishes_what_the_embedded_daemon_publishes(
-    spark: SparkSession, connect_url: str, kafka: KafkaCluster, topic: str,
-    hanging: HangingFactory, tmp_path: Path,
+    spark: SparkSession,
+    connect_url: str,
+    kafka: KafkaCluster,
+    topic: str,
+    hanging: HangingFactory,
+    tmp_path: Path,
 ) -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
@@ -308,25 +333,51 @@ def test_thin_daemon_on_spark_connect_publishes_what_the_embedded_daemon_publish
         produce_plain(bootstrap, topic, partition=2, records=5)
         common = {
             "pipeline": {"hanging_confirm_cycles": 1, "lso_lag_series": "all"},
-            "clusters": [{"name": "parity", "bootstrap_servers": bootstrap, "interval": "3s",
-                          "request_timeout": "2s", "topics": {"allow": [topic]}}],
+            "clusters": [
+                {
+                    "name": "parity",
+                    "bootstrap_servers": bootstrap,
+                    "interval": "3s",
+                    "request_timeout": "2s",
+                    "topics": {"allow": [topic]},
+                }
+            ],
         }
 
         # Thin: the command-line daemon, a Connect client; it must start no JVM.
         port = free_port()
         config_path = tmp_path / "thin.yml"
-        config_path.write_text(json.dumps({
-            **common, "web": {"listen_address": f"127.0.0.1:{port}"},
-            "spark": {"connect_url": connect_url}}))
-        env = {key: value for key, value in os.environ.items()
-               if key not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE", "PYSPARK_SUBMIT_ARGS")}
+        config_path.write_text(
+            json.dumps(
+                {
+                    **common,
+                    "web": {"listen_address": f"127.0.0.1:{port}"},
+                    "spark": {"connect_url": connect_url},
+                }
+            )
+        )
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if key not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE", "PYSPARK_SUBMIT_ARGS")
+        }
         env["PYTHONPATH"] = str(REPO)
         log_path = tmp_path / "thin.log"
         with log_path.open("w") as log:
             thin = subprocess.Popen(
-                [sys.executable, "-c", "import sys; from exporter.cli import main; sys.exit(main())",
-                 "run", "--config.file", str(config_path)],
-                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+                [
+                    sys.executable,
+                    "-c",
+                    "import sys; from exporter.cli import main; sys.exit(main())",
+                    "run",
+                    "--config.file",
+                    str(config_path),
+                ],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         try:
             deadline = time.monotonic() + CLIENT_TIMEOUT_S
             while _get(f"http://127.0.0.1:{port}/readyz")[0] != 200:
@@ -346,8 +397,11 @@ def test_thin_daemon_on_spark_connect_publishes_what_the_embedded_daemon_publish
 
         # Embedded: the same config on the test's classic session, one cycle.
         config = parse_config({**common, "web": {"listen_address": "127.0.0.1:0"}}, env={})
-        embedded = Daemon(config, registry=CollectorRegistry(),
-                          pipeline=PipelineRunner(config.spark, config.pipeline, session=spark))
+        embedded = Daemon(
+            config,
+            registry=CollectorRegistry(),
+            pipeline=PipelineRunner(config.spark, config.pipeline, session=spark),
+        )
         try:
             embedded.jobs[0].run_cycle()
             embedded_text = generate_latest(embedded.registry).decode()

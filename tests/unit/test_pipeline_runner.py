@@ -62,13 +62,17 @@ def result(snap: ClusterSnapshot) -> CycleResult:
     return CycleResult(cluster=snap.cluster, computed_at_ms=0)
 
 
-def runner(compute: Any, *, session: Any = None, clock: Any = None,
-           **spark: Any) -> PipelineRunner:
+def runner(compute: Any, *, session: Any = None, clock: Any = None, **spark: Any) -> PipelineRunner:
     kwargs: dict[str, Any] = {"compute_fn": compute}
     if clock is not None:
         kwargs["clock"] = clock
-    return PipelineRunner(SparkConfig(**spark), PipelineSettings(),
-                          session=session or StandInSession(), interval_s=2.0, **kwargs)
+    return PipelineRunner(
+        SparkConfig(**spark),
+        PipelineSettings(),
+        session=session or StandInSession(),
+        interval_s=2.0,
+        **kwargs,
+    )
 
 
 def test_a_slow_cluster_does_not_hold_back_another() -> None:
@@ -166,9 +170,18 @@ def test_the_default_deadline_follows_the_shortest_interval_with_a_floor() -> No
 
 def test_spark_supervision_keys_are_validated() -> None:
     base = {"clusters": [{"name": "c", "bootstrap_servers": "127.0.0.1:9092"}]}
-    config = parse_config({**base, "spark": {"pipeline_timeout": "20s", "start_timeout": "2m",
-                                             "unhealthy_after_intervals": 4,
-                                             "connect_server_port": 15002}}, env={})
+    config = parse_config(
+        {
+            **base,
+            "spark": {
+                "pipeline_timeout": "20s",
+                "start_timeout": "2m",
+                "unhealthy_after_intervals": 4,
+                "connect_server_port": 15002,
+            },
+        },
+        env={},
+    )
     assert config.spark.pipeline_timeout_ms == 20_000
     assert config.spark.start_timeout_ms == 120_000
     assert config.spark.unhealthy_after_intervals == 4
@@ -176,11 +189,53 @@ def test_spark_supervision_keys_are_validated() -> None:
     from exporter.config import ConfigError
 
     with pytest.raises(ConfigError) as e:
-        parse_config({**base, "spark": {"driver_memory": "256m", "unhealthy_after_intervals": 0,
-                                        "connect_server_port": 80,
-                                        "pipeline_timeout": "10ms"}}, env={})
+        parse_config(
+            {
+                **base,
+                "spark": {
+                    "driver_memory": "256m",
+                    "unhealthy_after_intervals": 0,
+                    "connect_server_port": 80,
+                    "pipeline_timeout": "10ms",
+                },
+            },
+            env={},
+        )
     text = str(e.value)
     assert "spark.driver_memory: '256m' is below the minimum 512m" in text
     assert "spark.unhealthy_after_intervals" in text
     assert "spark.connect_server_port: 80 is not a port" in text
     assert "spark.pipeline_timeout: must be at least 1000 ms" in text
+
+
+def test_stop_releases_a_caller_waiting_on_a_run() -> None:
+    """A cycle waiting for its run never holds the process's exit up to the deadline."""
+    from exporter.daemon.pipeline import PipelineUnavailableError
+
+    hold = threading.Event()
+    entered = threading.Event()
+
+    def compute(*_: Any) -> CycleResult:
+        entered.set()
+        hold.wait(60)
+        raise RuntimeError("never reached in time")
+
+    r = runner(compute, pipeline_timeout_ms=600_000)
+    outcome: list[BaseException] = []
+
+    def cycle() -> None:
+        try:
+            r.compute(snapshot("c"), None, 0)
+        except BaseException as e:
+            outcome.append(e)
+
+    caller = threading.Thread(target=cycle)
+    caller.start()
+    try:
+        assert entered.wait(30)
+        r.stop()
+        caller.join(30)
+        assert not caller.is_alive()
+        assert isinstance(outcome[0], PipelineUnavailableError)
+    finally:
+        hold.set()
