@@ -2,8 +2,8 @@
 
 Supervision, what :class:`PipelineRunner` guarantees:
 
-* **Every pipeline call has a deadline** (``spark.pipeline_timeout``, default the shortest
-  cluster interval but at least 10 s). The call runs on a thread of its own, tagged; past the
+* **Every pipeline call has a deadline** (``spark.pipeline_timeout``, default 3 times the
+  shortest cluster interval but at least 60 s). The call runs on a thread of its own, tagged; past the
   deadline the caller gets :class:`PipelineTimeoutError` at once, and the runner checks the session
   with a cheap call bounded by :data:`PING_TIMEOUT_S`: a live session has the call's jobs
   interrupted (by tag); a dead or hung one is torn down.
@@ -41,8 +41,11 @@ log = logging.getLogger(__name__)
 PING_TIMEOUT_S = 5.0
 #: How long :meth:`PipelineRunner.stop` waits for Spark to stop cleanly before killing it.
 STOP_GRACE_S = 5.0
-#: Floor of the default per-call deadline (short intervals in tests and benchmarks).
-MIN_DEFAULT_TIMEOUT_S = 10.0
+#: The default per-call deadline: this many intervals, at least MIN_DEFAULT_TIMEOUT_S. The
+#: deadline detects a hung session; it must not cut runs that are merely slower than the
+#: interval (a loaded node): those would then never complete (the cycle deadline is separate).
+DEFAULT_TIMEOUT_INTERVALS = 3
+MIN_DEFAULT_TIMEOUT_S = 60.0
 BACKOFF_MAX_S = 60.0
 
 ComputeFn = Callable[..., CycleResult]
@@ -123,7 +126,7 @@ class PipelineRunner:
     def call_timeout_s(self) -> float:
         if self._spark_config.pipeline_timeout_ms:
             return self._spark_config.pipeline_timeout_ms / 1000
-        return max(self._interval_s or 60.0, MIN_DEFAULT_TIMEOUT_S)
+        return max(DEFAULT_TIMEOUT_INTERVALS * (self._interval_s or 60.0), MIN_DEFAULT_TIMEOUT_S)
 
     @property
     def start_timeout_s(self) -> float:
