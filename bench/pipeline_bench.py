@@ -21,7 +21,7 @@ import os
 import random
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -81,8 +81,19 @@ def synthetic_snapshot(partitions: int, seed: int = 7) -> ClusterSnapshot:
             open_txn = rng.random() < OPEN_SHARE
             start = hw - rng.randrange(1, 5000) if open_txn else -1
             last_ts = NOW - rng.randrange(1, 60_000)
-            producers.append(ProducerState(topic, p, leader, pid, epoch, rng.randrange(0, 10**6),
-                                           last_ts, rng.randrange(0, 20), start))
+            producers.append(
+                ProducerState(
+                    topic,
+                    p,
+                    leader,
+                    pid,
+                    epoch,
+                    rng.randrange(0, 10**6),
+                    last_ts,
+                    rng.randrange(0, 20),
+                    start,
+                )
+            )
             if not open_txn:
                 continue
             lso = min(lso, start)
@@ -98,9 +109,19 @@ def synthetic_snapshot(partitions: int, seed: int = 7) -> ClusterSnapshot:
             elif kind < HANGING_SHARE + LATE_SHARE + TWO_PHASE_SHARE:
                 timeout, started = TWO_PHASE_COMMIT_TIMEOUT_MS, NOW - 3 * 86_400_000
             listed.append(ListedTransaction(coordinator, tid, pid, "Ongoing"))
-            described.append(TransactionDescription(
-                coordinator, tid, None, "Ongoing", timeout, started, pid, epoch,
-                (TopicPartition(topic, p),)))
+            described.append(
+                TransactionDescription(
+                    coordinator,
+                    tid,
+                    None,
+                    "Ongoing",
+                    timeout,
+                    started,
+                    pid,
+                    epoch,
+                    (TopicPartition(topic, p),),
+                )
+            )
         offsets.append(PartitionOffsets(topic, p, leader, hw, lso))
     return ClusterSnapshot(
         cluster="bench",
@@ -155,6 +176,8 @@ class Figures:
     findings: int
     python_rss_mb: float
     jvm_rss_mb: float
+    #: Seconds per named step of the last warm run (ComputeStats.seconds): what dominates.
+    steps: dict[str, float] = field(default_factory=dict)
 
 
 def bench(spark: SparkSession, partitions: int, runs: int) -> Figures:
@@ -184,6 +207,7 @@ def bench(spark: SparkSession, partitions: int, runs: int) -> Figures:
         findings=len(result.findings),
         python_rss_mb=_rss_mb(os.getpid()),
         jvm_rss_mb=sum(_rss_mb(pid) for pid in _jvm_pids()),
+        steps=dict(getattr(stats, "seconds", {}) or {}),
     )
 
 
@@ -192,27 +216,38 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     parser.add_argument("--runs", type=int, default=3, help="warm runs per size")
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--driver-memory", default="1g")
-    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra Spark setting, repeatable")
+    parser.add_argument("--driver-memory", default="512m", help="the daemon's default")
+    parser.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting, repeatable"
+    )
     args = parser.parse_args()
 
     conf = dict(item.split("=", 1) for item in args.conf)
-    spark = spark_session(
-        SparkConfig(master=args.master, driver_memory=args.driver_memory, conf=conf)
-    )
+    spark = spark_session(SparkConfig(master=args.master, driver_memory=args.driver_memory, conf=conf))
     try:
         rows = [bench(spark, n, args.runs) for n in args.sizes]
     finally:
         stop(spark)
-    header = (f"{'partitions':>10} {'producers':>9} {'open':>6} {'snap_s':>7} {'cycle_s':>8} "
-              f"{'max_s':>7} {'actions':>7} {'findings':>8} {'py_rss_mb':>9} {'jvm_rss_mb':>10}")
+    header = (
+        f"{'partitions':>10} {'producers':>9} {'open':>6} {'snap_s':>7} {'cycle_s':>8} "
+        f"{'max_s':>7} {'actions':>7} {'findings':>8} {'py_rss_mb':>9} {'jvm_rss_mb':>10}"
+    )
     print(header)
     for r in rows:
-        print(f"{r.partitions:>10} {r.producers:>9} {r.open_txns:>6} {r.build_s:>7.2f} "
-              f"{r.median_s:>8.2f} {r.max_s:>7.2f} {r.actions:>7} {r.findings:>8} "
-              f"{r.python_rss_mb:>9.0f} {r.jvm_rss_mb:>10.0f}")
+        print(
+            f"{r.partitions:>10} {r.producers:>9} {r.open_txns:>6} {r.build_s:>7.2f} "
+            f"{r.median_s:>8.2f} {r.max_s:>7.2f} {r.actions:>7} {r.findings:>8} "
+            f"{r.python_rss_mb:>9.0f} {r.jvm_rss_mb:>10.0f}"
+        )
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print("\nwhere a warm run's time goes (ComputeStats.seconds of the last run, largest first):")
+    for r in rows:
+        top = sorted(r.steps.items(), key=lambda kv: -kv[1])[:6]
+        print(f"  {r.partitions:>7}: " + ", ".join(f"{k} {v:.2f}s" for k, v in top))
+    print()
+    for r in rows:  # read by bench/run.py for its targets table
+        print(f"FIGURE\tpipeline_warm_s@{r.partitions}\t{r.median_s:.4g}")
+        print(f"FIGURE\tpipeline_actions@{r.partitions}\t{r.actions}")
 
 
 if __name__ == "__main__":

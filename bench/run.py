@@ -2,22 +2,31 @@
 
 In order, each as a subprocess with a time limit, its output streamed as it comes:
 
-1. ``bench/pipeline_bench.py`` (the Spark pipeline; owned separately), when present;
-2. ``bench/collect_bench.py`` (collection: ours vs naive vs Kafka's find-hanging);
-3. ``bench/daemon_memory.py`` (the daemon's RSS, Python + Spark JVM, and cycle times).
+1. ``bench/pipeline_bench.py``: the Spark pipeline alone, warm, at 1k/10k/100k partitions;
+2. ``bench/collect_bench.py``: collection, ours vs naive vs Kafka's find-hanging;
+3. ``bench/daemon_memory.py`` on 1 broker / 3000 partitions: the daemon's cycle against
+   Kafka's find-hanging, first cycle, 5 clusters in one process, thin (Connect) mode, the
+   CLI's find-hanging warm and cold;
+4. the same at 10k partitions for 5+ minutes: RSS peak and slope after minute 2;
+5. the same on 3 brokers / 10k partitions: the daemon's cycle against Kafka's find-hanging.
 
-Arguments after ``--`` are not supported on purpose: each script has its own ``--help``; run
-it directly for other settings. ``--quick`` runs smaller variants (for a smoke run).
-The exit status is non-zero when a benchmark failed or ran out of time.
+Then one table: each figure beside its target and its anchor (the figure before this work,
+from the issue). Scripts report figures as ``FIGURE<TAB>name<TAB>value`` lines.
+``--quick`` runs smaller variants (shorter runs, fewer partitions: a smoke run on a shared
+machine). The exit status is non-zero when a benchmark failed or ran out of time; a missed
+target is reported, not failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,16 +45,154 @@ class Step:
 
 
 STEPS = (
-    Step("pipeline", "pipeline_bench.py", (), (), 240.0),
-    Step("collection", "collect_bench.py", (), ("--sizes", "100,1000", "--no-cluster3",
-                                                "--repeats", "3"), 300.0),
-    Step("daemon memory", "daemon_memory.py", (), ("--variants", "512m", "--duration", "40",
-                                                   "--min-cycles", "3",
-                                                   "--partitions", "1000"), 420.0),
+    Step("pipeline", "pipeline_bench.py", (), ("--sizes", "1000", "10000", "--runs", "3"), 900.0),
+    Step(
+        "collection",
+        "collect_bench.py",
+        (),
+        ("--sizes", "100,1000", "--no-cluster3", "--repeats", "3"),
+        600.0,
+    ),
+    Step(
+        "daemon 1 broker",
+        "daemon_memory.py",
+        (
+            "--partitions",
+            "3000",
+            "--variants",
+            "512m+cli,5x512m,connect",
+            "--cli",
+            "--duration",
+            "60",
+            "--max-duration",
+            "180",
+        ),
+        (
+            "--partitions",
+            "1000",
+            "--variants",
+            "512m+cli,5x512m,connect",
+            "--cli",
+            "--duration",
+            "40",
+            "--min-cycles",
+            "3",
+            "--max-duration",
+            "150",
+        ),
+        1800.0,
+    ),
+    Step(
+        "daemon soak 10k",
+        "daemon_memory.py",
+        (
+            "--partitions",
+            "10000",
+            "--variants",
+            "512m",
+            "--duration",
+            "330",
+            "--max-duration",
+            "420",
+            "--interval",
+            "10",
+        ),
+        (
+            "--partitions",
+            "10000",
+            "--variants",
+            "512m",
+            "--duration",
+            "150",
+            "--min-cycles",
+            "3",
+            "--max-duration",
+            "240",
+            "--interval",
+            "10",
+        ),
+        1500.0,
+    ),
+    Step(
+        "daemon 3 brokers",
+        "daemon_memory.py",
+        (
+            "--brokers",
+            "3",
+            "--partitions",
+            "10000",
+            "--variants",
+            "512m",
+            "--duration",
+            "60",
+            "--max-duration",
+            "180",
+            "--interval",
+            "10",
+        ),
+        (
+            "--brokers",
+            "3",
+            "--partitions",
+            "1000",
+            "--variants",
+            "512m",
+            "--duration",
+            "40",
+            "--min-cycles",
+            "3",
+            "--max-duration",
+            "150",
+            "--interval",
+            "10",
+        ),
+        1500.0,
+    ),
+)
+
+#: (figure, name prefixes to look for in order, target as (comparison, value) or None,
+#: anchor: the figure before this work, from the issue's table).
+TARGETS: tuple[tuple[str, tuple[str, ...], tuple[str, float] | None, str], ...] = (
+    ("pipeline warm, 1k partitions (s)", ("pipeline_warm_s@1000",), None, "3.22"),
+    ("pipeline warm, 10k partitions (s)", ("pipeline_warm_s@10000",), ("<=", 0.5), "2.99"),
+    ("pipeline warm, 100k partitions (s)", ("pipeline_warm_s@100000",), ("<=", 2.0), "6.17"),
+    ("Spark actions per cycle, 10k", ("pipeline_actions@10000",), ("<=", 2), "7"),
+    (
+        "daemon cycle / Kafka find-hanging, 1 broker",
+        ("daemon_vs_find_hanging@1b_3000p", "daemon_vs_find_hanging@1b_"),
+        ("<=", 0.5),
+        "2.6x (2.98 s / 1.16 s)",
+    ),
+    (
+        "daemon cycle / Kafka find-hanging, 3 brokers",
+        ("daemon_vs_find_hanging@3b_10000p", "daemon_vs_find_hanging@3b_"),
+        ("<=", 0.2),
+        "0.55x at 3000 p.",
+    ),
+    ("daemon cycle, 1 broker (s)", ("daemon_cycle_s@1b_3000p", "daemon_cycle_s@1b_1000p"), None, "2.98"),
+    (
+        "Kafka find-hanging, 1 broker (s)",
+        ("find_hanging_s@1b_3000p", "find_hanging_s@1b_1000p"),
+        None,
+        "1.16",
+    ),
+    ("CLI find-hanging, warm engine (s)", ("cli_warm_s",), ("<=", 3.0), "17.5 (no warm engine)"),
+    ("CLI find-hanging, cold (s)", ("cli_cold_s",), ("<=", 10.0), "17.5"),
+    ("RSS peak, embedded, 10k (MiB)", ("rss_peak_mib@1b_10000p",), ("<=", 768), "1078 (3000 p.)"),
+    ("RSS slope, embedded, 10k (MiB/min)", ("rss_slope_mib_min@1b_10000p",), ("<=", 1.0), "+87 (1st minute)"),
+    ("RSS peak, embedded, 1 broker (MiB)", ("rss_peak_mib@1b_3000p", "rss_peak_mib@1b_1000p"), None, "1078"),
+    ("RSS, thin (Connect) mode (MiB)", ("thin_rss_mib",), ("<=", 200), "-"),
+    (
+        "first cycle published after start (s)",
+        ("first_cycle_s@1b_3000p", "first_cycle_s@1b_"),
+        ("<=", 12.0),
+        "22",
+    ),
+    ("5 clusters' round / 1 cluster's cycle", ("clusters5_round_vs_one@",), ("<=", 2.0), "-"),
 )
 
 
-def run_step(step: Step, quick: bool) -> tuple[str, float, str]:
+def run_step(step: Step, quick: bool, figures: dict[str, float]) -> tuple[str, float, str]:
     script = BENCH / step.script
     if not script.exists():
         return step.name, 0.0, "absent (skipped)"
@@ -53,9 +200,12 @@ def run_step(step: Step, quick: bool) -> tuple[str, float, str]:
     print(f"\n######## {step.name}: {' '.join(cmd)} (limit {step.timeout_s:.0f} s)", flush=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.PIPE, text=True)
+    reader = threading.Thread(target=_relay, args=(proc, figures), daemon=True)
+    reader.start()
     try:
         code = proc.wait(timeout=step.timeout_s)
+        reader.join(10)
     except subprocess.TimeoutExpired:
         # SIGTERM to its group lets the test bed stop its brokers; then make sure.
         os.killpg(proc.pid, signal.SIGTERM)
@@ -73,18 +223,61 @@ def run_step(step: Step, quick: bool) -> tuple[str, float, str]:
     return step.name, seconds, "ok" if code == 0 else f"FAILED (exit {code})"
 
 
+def _relay(proc: subprocess.Popen[str], figures: dict[str, float]) -> None:
+    """Print the step's output as it comes and keep its FIGURE lines."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        print(line, end="", flush=True)
+        parts = line.rstrip("\n").split("\t")
+        if len(parts) == 3 and parts[0] == "FIGURE":
+            with contextlib.suppress(ValueError):
+                figures[parts[1]] = float(parts[2])
+
+
+def find_figure(figures: dict[str, float], prefixes: tuple[str, ...]) -> tuple[str, float]:
+    for prefix in prefixes:
+        for name in sorted(figures):
+            if name == prefix or (name.startswith(prefix) and "@" in prefix):
+                return name, figures[name]
+    return "", math.nan
+
+
+def print_targets(figures: dict[str, float]) -> None:
+    print("\n######## figures against their targets (anchor: before this work, from the issue)")
+    print(f"{'figure':<46} {'now':>9} {'target':>9} {'met':>5}  {'anchor':<24} measured as")
+    for label, prefixes, target, anchor in TARGETS:
+        name, value = find_figure(figures, prefixes)
+        if math.isnan(value):
+            print(f"{label:<46} {'n/a':>9} {_target(target):>9} {'':>5}  {anchor:<24} (not run)")
+            continue
+        met = "" if target is None else ("yes" if value <= target[1] else "NO")
+        print(f"{label:<46} {value:>9.3g} {_target(target):>9} {met:>5}  {anchor:<24} {name}")
+    print(
+        f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
+        "(absolute times are pessimistic on a loaded machine; ratios are within one run)"
+    )
+
+
+def _target(target: tuple[str, float] | None) -> str:
+    return "-" if target is None else f"{target[0]} {target[1]:g}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="Run every benchmark and print all figures.")
     parser.add_argument("--quick", action="store_true", help="smaller variants (smoke run)")
-    parser.add_argument("--only", choices=[s.script.removesuffix(".py") for s in STEPS],
-                        action="append", help="run only these (repeatable)")
+    parser.add_argument(
+        "--only", choices=[s.name for s in STEPS], action="append", help="run only these steps (repeatable)"
+    )
     args = parser.parse_args()
     started = time.monotonic()
-    outcomes = [run_step(step, args.quick) for step in STEPS
-                if not args.only or step.script.removesuffix(".py") in args.only]
+    figures: dict[str, float] = {}
+    outcomes = [
+        run_step(step, args.quick, figures) for step in STEPS if not args.only or step.name in args.only
+    ]
     print(f"\n######## summary ({time.monotonic() - started:.0f} s in all)")
     for name, seconds, outcome in outcomes:
         print(f"  {name:<16} {seconds:>6.0f} s  {outcome}")
+    print_targets(figures)
     return 0 if all(o in ("ok", "absent (skipped)") for _, _, o in outcomes) else 1
 
 

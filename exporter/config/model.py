@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from exporter.config.keys import (
     ENV_REF,
@@ -170,7 +170,16 @@ _SPARK_MASTER = r"local(\[(\*|\d+)(,\d+)?\])?|spark://.+|yarn|k8s://.+"
 
 @dataclass(frozen=True)
 class SparkConfig:
-    """Where the pipeline runs: embedded local mode, a cluster master, or Spark Connect."""
+    """Where the pipeline runs: embedded local mode, a cluster master, or Spark Connect.
+
+    Supervision (``exporter.daemon.pipeline``): every pipeline call has a deadline
+    (``pipeline_timeout_ms``, or derived from the shortest cluster interval when ``None``);
+    the session is restarted with back-off when it dies or hangs; ``/healthz`` answers 503
+    when pipeline runs have failed for ``unhealthy_after_intervals`` intervals in a row.
+    """
+
+    #: Spark's memory manager refuses a driver heap below 1.5 x its 300 MiB reserve.
+    MIN_DRIVER_MEMORY_MB: ClassVar[int] = 512
 
     master: str = "local[2]"
     connect_url: str | None = None
@@ -178,6 +187,12 @@ class SparkConfig:
     local_dir: str | None = None
     driver_memory: str = "512m"
     conf: Mapping[str, str] = field(default_factory=dict)
+    #: Loopback port of a Spark Connect endpoint inside the embedded driver (the CLI's warm
+    #: engine); ``None`` or 0: no endpoint.
+    connect_server_port: int | None = None
+    pipeline_timeout_ms: int | None = None
+    start_timeout_ms: int = 180_000
+    unhealthy_after_intervals: int = 3
 
     @property
     def redacted_connect_url(self) -> str | None:
@@ -389,9 +404,24 @@ def _check_cluster(r: Reader, values: dict[str, Any], where: Where) -> None:
 
 
 def _check_spark(r: Reader, values: dict[str, Any], where: Where) -> None:
+    memory = values.get("driver_memory")
+    m = re.fullmatch(r"(\d+)([kmgt])", memory) if isinstance(memory, str) else None
+    if m is not None:
+        mb = int(m.group(1)) * {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1 << 20}[m.group(2)]
+        if mb < SparkConfig.MIN_DRIVER_MEMORY_MB:
+            r.problem(where.key("driver_memory"),
+                      f"{memory!r} is below the minimum {SparkConfig.MIN_DRIVER_MEMORY_MB}m "
+                      "(Spark reserves 300 MiB of the driver heap and refuses to start below "
+                      "1.5 times that)")
+    port = values.get("connect_server_port")
+    if isinstance(port, int) and port and not 1024 <= port <= 65535:
+        r.problem(where.key("connect_server_port"), f"{port} is not a port in 1024-65535 (0: off)")
     url = values.get("connect_url")
     if url is None:
         return
+    if isinstance(port, int) and port:
+        r.problem(where.key("connect_server_port"),
+                  "only for the embedded Spark; with connect_url the exporter starts no JVM")
     path = where.key("connect_url")
     if not url.startswith("sc://") or len(url) <= len("sc://"):
         r.problem(path, f"{r.show(path, redact_connect_url(url))} must be a Spark Connect URL sc://HOST:PORT")
@@ -446,6 +476,10 @@ SPARK = Section(
             Text(pattern=r"\d+[kmgt]", shape="a JVM size such as 512m or 1g"),
         ),
         Key("conf", "conf", StringMap(key_prefix="spark.")),
+        Key("connect_server_port", "connect_server_port", Integer(0, 65535)),
+        Key("pipeline_timeout", "pipeline_timeout_ms", Duration(minimum_ms=1000)),
+        Key("start_timeout", "start_timeout_ms", Duration(minimum_ms=10_000)),
+        Key("unhealthy_after_intervals", "unhealthy_after_intervals", Integer(1, 1000)),
     ),
     check=_check_spark,
 )

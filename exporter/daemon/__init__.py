@@ -14,7 +14,6 @@ cluster's cycle), ``http`` (the endpoints); this module wires them into one proc
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -82,14 +81,20 @@ class Daemon:
         return False, "not ready: no complete collection cycle yet"
 
     def health(self) -> tuple[bool, str]:
-        """What /healthz answers: (healthy, why). Unhealthy means a restart would help."""
-        return True, "ok"
+        """What /healthz answers: (healthy, why). Unhealthy means a restart would help: no
+        pipeline run succeeded for ``spark.unhealthy_after_intervals`` intervals although
+        cycles asked for one (a Kafka outage alone never makes the process unhealthy)."""
+        return self.pipeline.health()
 
     def start(self) -> None:
-        """Serve HTTP, warm Spark in the background and schedule the cycles; returns at once
-        (the first cycle waits for Spark), so a SIGTERM during start-up is honoured."""
+        """Start Spark in the background, serve HTTP and schedule the cycles at once; returns
+        at once, so a SIGTERM during start-up is honoured. The JVM starts while the first
+        cycle collects from Kafka; the first cycle's pipeline run waits for it."""
+        intervals = [c.interval_ms / 1000 for c in self.config.clusters]
+        if intervals:
+            self.pipeline.use_interval(min(intervals))
+        self.pipeline.begin_start()
         self._start_http()
-        threading.Thread(target=self._warm_pipeline, name="spark-warmup", daemon=True).start()
         from apscheduler.schedulers.background import BackgroundScheduler
 
         self._scheduler = BackgroundScheduler(

@@ -1,10 +1,35 @@
-"""The Spark session of the daemon, started once and kept warm, and the pipeline entry point."""
+"""The Spark session of the daemon, supervised, and the one pipeline entry point.
+
+Supervision, what :class:`PipelineRunner` guarantees:
+
+* **Every pipeline call has a deadline** (``spark.pipeline_timeout``, default 3 times the
+  shortest cluster interval but at least 60 s). The call runs on a thread of its own, tagged; past the
+  deadline the caller gets :class:`PipelineTimeoutError` at once, and the runner checks the session
+  with a cheap call bounded by :data:`PING_TIMEOUT_S`: a live session has the call's jobs
+  interrupted (by tag); a dead or hung one is torn down.
+* **A dead or hung session is torn down and rebuilt with back-off**: its JVM is killed by pid
+  (embedded mode; a paused JVM is killed too), PySpark's process-wide state is reset, and the
+  next call starts a new session after 1, 2, 4 ... 60 s of back-off. A Connect client session
+  is closed and opened again.
+* **Clusters run in parallel**: no lock is held while Spark works. One SparkSession runs jobs
+  from several threads; each cluster's call is its own thread with its own deadline, so one
+  cluster's slow or failing run never delays another's.
+* **Stop is bounded**: :meth:`PipelineRunner.stop` tries a clean stop for
+  :data:`STOP_GRACE_S` and then kills the JVM, so SIGTERM ends the process in seconds even with
+  a hung JVM.
+* **Health**: :meth:`PipelineRunner.health` is unhealthy when pipeline runs were attempted and
+  none succeeded for ``spark.unhealthy_after_intervals`` intervals (plus the start timeout
+  before the first success): ``/healthz`` answers 503 and Kubernetes restarts the pod.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 from exporter.config import SparkConfig
@@ -12,58 +37,424 @@ from exporter.model import ClusterSnapshot, CycleResult, PipelineMemory, Pipelin
 
 log = logging.getLogger(__name__)
 
+#: How long the liveness probe of a session may take (one trivial call into the JVM).
+PING_TIMEOUT_S = 5.0
+#: How long :meth:`PipelineRunner.stop` waits for Spark to stop cleanly before killing it.
+STOP_GRACE_S = 5.0
+#: The default per-call deadline: this many intervals, at least MIN_DEFAULT_TIMEOUT_S. The
+#: deadline detects a hung session; it must not cut runs that are merely slower than the
+#: interval (a loaded node): those would then never complete (the cycle deadline is separate).
+DEFAULT_TIMEOUT_INTERVALS = 3
+MIN_DEFAULT_TIMEOUT_S = 60.0
+BACKOFF_MAX_S = 60.0
+
+ComputeFn = Callable[..., CycleResult]
+
+
+class PipelineUnavailableError(RuntimeError):
+    """No Spark session to run on right now (starting, restarting after a failure, stopped)."""
+
+
+class PipelineTimeoutError(RuntimeError):
+    """A pipeline call ran past its deadline (its jobs are interrupted or its JVM killed)."""
+
+
+def _bounded(fn: Callable[[], Any], timeout_s: float, name: str) -> tuple[bool, Any]:
+    """Run ``fn`` on a daemon thread; (finished, result or exception). Never blocks longer."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # reported to the caller
+            box["value"] = e
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    return (not thread.is_alive()), box.get("value")
+
 
 class PipelineRunner:
-    """The Spark session, started once and kept warm, and the one pipeline entry point."""
+    """The Spark session, started once, kept warm and supervised; the pipeline entry point."""
 
-    def __init__(self, spark_config: SparkConfig, settings: PipelineSettings, *,
-                 session: Any = None) -> None:
-        """``session``: an existing SparkSession to use and leave running (tests, the CLI)."""
+    def __init__(
+        self,
+        spark_config: SparkConfig,
+        settings: PipelineSettings,
+        *,
+        session: Any = None,
+        interval_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        compute_fn: ComputeFn | None = None,
+    ) -> None:
+        """``session``: an existing SparkSession to use and leave running (tests, the CLI);
+        it is never killed or restarted. ``interval_s``: the shortest cluster interval, from
+        which the default deadline and the health window derive (see :meth:`use_interval`).
+        ``compute_fn``: the pipeline (default ``exporter.pipeline.compute.compute``)."""
         self._spark_config = spark_config
         self.settings = settings
-        self._spark: Any = session
+        self._clock = clock
         self._owns_session = session is None
-        self._stopped = threading.Event()  # set without the lock: stop() must not wait twice
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the fields below; never held while Spark works
+        self._spark: Any = session
+        self._pid: int | None = None
+        self._generation = 0
+        self._start_thread: threading.Thread | None = None
+        self._start_done = threading.Event()
+        self._start_began = 0.0
+        self._retry_at = 0.0
+        self._failed_starts = 0
+        self._last_error = ""
+        self._stopped = threading.Event()
+        self._interval_s = interval_s
+        self._created = clock()
+        self._last_ok: float | None = None
+        self._failing_since: float | None = None
+        self._real_calls = 0
+        self._warm_generation = -1
+        self.restarts = 0
+        self._compute: ComputeFn | None = compute_fn
+
+    # --- configuration -------------------------------------------------------------------
+
+    def use_interval(self, seconds: float) -> None:
+        """The shortest cluster interval: the default deadline and the health window."""
+        self._interval_s = seconds
+
+    @property
+    def call_timeout_s(self) -> float:
+        if self._spark_config.pipeline_timeout_ms:
+            return self._spark_config.pipeline_timeout_ms / 1000
+        return max(DEFAULT_TIMEOUT_INTERVALS * (self._interval_s or 60.0), MIN_DEFAULT_TIMEOUT_S)
+
+    @property
+    def start_timeout_s(self) -> float:
+        return self._spark_config.start_timeout_ms / 1000
+
+    @property
+    def jvm_pid(self) -> int | None:
+        """The pid of the embedded driver JVM of the current session (None: not local/none)."""
+        return self._pid
+
+    def _compute_fn(self) -> ComputeFn:
+        if self._compute is None:
+            from exporter.pipeline.compute import compute
+
+            self._compute = compute
+        return self._compute
+
+    # --- start ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start Spark and run the pipeline once on a tiny snapshot, so that the first real
-        cycle does not pay for code generation."""
-        with self._lock:
-            self._start_locked()
+        """Start Spark (and warm it up) unless it runs; wait until it is ready or failed.
 
-    def _start_locked(self) -> None:
-        if self._stopped.is_set():
-            raise RuntimeError("the pipeline is stopped")
-        if self._spark is not None:
+        Raises :class:`PipelineUnavailableError` when it failed or did not start in
+        ``spark.start_timeout``."""
+        self._acquire(self._clock() + self.start_timeout_s, first_start=True)
+
+    def begin_start(self) -> None:
+        """Start Spark in the background (returns at once): the daemon does this first, so
+        that the JVM starts while the first cycle collects from Kafka."""
+        with self._lock:
+            if self._spark is None and self._start_thread is None and not self._stopped.is_set():
+                self._launch_start_locked()
+
+    def _launch_start_locked(self) -> None:
+        self._start_done = threading.Event()
+        self._start_began = self._clock()
+        thread = threading.Thread(
+            target=self._start_session, args=(self._generation,), name="spark-start", daemon=True
+        )
+        self._start_thread = thread
+        thread.start()
+
+    def _start_session(self, generation: int) -> None:
+        from exporter.pipeline.session import is_embedded, local_jvm_pid, spark_session
+
+        started = self._clock()
+        spark: Any = None
+        pid: int | None = None
+        try:
+            spark = spark_session(self._spark_config)
+            if self._spark_config.connect_url is None:
+                pid = local_jvm_pid(spark)
+        except Exception as e:
+            if self._spark_config.connect_url is None:
+                from exporter.pipeline.session import kill_local
+
+                kill_local(None)  # a JVM that started but failed to become a session
+            self._start_failed(generation, f"starting Spark failed: {e}")
             return
-        from exporter.pipeline.compute import compute
-        from exporter.pipeline.session import spark_session
+        with self._lock:
+            current = generation == self._generation and not self._stopped.is_set()
+            if current:
+                self._spark, self._pid = spark, pid
+                self._start_thread = None
+                self._start_done.set()
+        if not current:  # stopped (or superseded) while the JVM started
+            self._teardown(spark, pid, graceful=True)
+            return
+        log.info(
+            "Spark session ready in %.1f s (%s%s)",
+            self._clock() - started,
+            self._spark_config.redacted_connect_url or self._spark_config.master,
+            f", driver JVM pid {pid}" if pid else "",
+        )
+        if is_embedded(self._spark_config) and self._real_calls == 0:
+            self._warm_up(spark)
+
+    def _warm_up(self, spark: Any) -> None:
+        """Run the pipeline once on a tiny snapshot, so that code generation happens before
+        the first real cycle; skipped when a real cycle already asked (it warms up itself)."""
         from exporter.pipeline.warmup import warmup_snapshot
 
-        started = time.monotonic()
-        self._spark = spark_session(self._spark_config)
-        if self._stopped.is_set():  # stopping while the JVM started: no warm-up run
-            return
+        started = self._clock()
         snapshot = warmup_snapshot()
-        compute(self._spark, snapshot, self.settings, None, snapshot.taken_at_ms)
-        log.info("Spark session ready and warm in %.1f s (%s)", time.monotonic() - started,
-                 self._spark_config.redacted_connect_url or self._spark_config.master)
+        try:
+            self._compute_fn()(spark, snapshot, self.settings, None, snapshot.taken_at_ms)
+        except Exception as e:  # the first real cycle reports a broken session
+            log.warning("Spark warm-up run failed: %s", e)
+            return
+        log.info("Spark warm-up run in %.1f s", self._clock() - started)
 
-    def compute(self, snapshot: ClusterSnapshot, memory: PipelineMemory | None,
-                now_ms: int) -> CycleResult:
-        from exporter.pipeline.compute import compute
+    def _start_failed(self, generation: int, why: str) -> None:
+        with self._lock:
+            if generation != self._generation:
+                return
+            self._failed_starts += 1
+            backoff = min(BACKOFF_MAX_S, 2.0 ** (self._failed_starts - 1))
+            self._retry_at = self._clock() + backoff
+            self._last_error = why
+            self._start_thread = None
+            self._start_done.set()
+            self._mark_failure_locked()
+        log.error("%s; next attempt in %.0f s", why, backoff)
 
-        with self._lock:  # one pipeline run at a time: clusters share the session
-            self._start_locked()
-            return compute(self._spark, snapshot, self.settings, memory, now_ms)
+    def _acquire(self, deadline: float, *, first_start: bool = False) -> tuple[Any, int]:
+        """The ready session and its generation; starts one when needed. Waits for a start
+        in progress until ``deadline`` (the start timeout, before the first success)."""
+        while True:
+            with self._lock:
+                if self._stopped.is_set():
+                    raise PipelineUnavailableError("the pipeline is stopped")
+                if self._spark is not None:
+                    return self._spark, self._generation
+                if not self._owns_session:
+                    raise PipelineUnavailableError("the given Spark session is gone")
+                now = self._clock()
+                if self._start_thread is None:
+                    if now < self._retry_at:
+                        raise PipelineUnavailableError(
+                            f"Spark is restarting (next attempt in {self._retry_at - now:.0f} s); "
+                            f"last error: {self._last_error}"
+                        )
+                    self._launch_start_locked()
+                done, began = self._start_done, self._start_began
+                if self._last_ok is None and not first_start:
+                    # Before the first success, wait for the JVM as long as it may take.
+                    deadline = max(deadline, began + self.start_timeout_s)
+            if done.wait(max(0.0, deadline - self._clock())):
+                continue  # ready, failed or stopped: look again
+            if self._clock() - began >= self.start_timeout_s:
+                self._abandon_start(began)
+            raise PipelineUnavailableError(f"Spark is still starting ({self._clock() - began:.0f} s so far)")
+
+    def _abandon_start(self, began: float) -> None:
+        """A start that ran past ``start_timeout``: kill what it started, back off. The start
+        thread's own outcome is then stale and ignored (its generation is over)."""
+        from exporter.pipeline.session import kill_local
+
+        with self._lock:
+            if self._start_began != began or self._start_thread is None:
+                return
+            self._generation += 1
+            self._start_thread = None
+            self._start_done.set()
+            self._failed_starts += 1
+            backoff = min(BACKOFF_MAX_S, 2.0 ** (self._failed_starts - 1))
+            self._retry_at = self._clock() + backoff
+            self._last_error = f"Spark did not start within {self.start_timeout_s:.0f} s"
+            self._mark_failure_locked()
+        log.error("%s: killing it; next attempt in %.0f s", self._last_error, backoff)
+        if self._spark_config.connect_url is None and self._owns_session:
+            kill_local(None)
+
+    # --- the pipeline call ---------------------------------------------------------------
+
+    def compute(self, snapshot: ClusterSnapshot, memory: PipelineMemory | None, now_ms: int) -> CycleResult:
+        """Run the pipeline on ``snapshot`` within the deadline (see the module doc).
+
+        Raises :class:`PipelineUnavailableError` (no session now), :class:`PipelineTimeoutError`, or
+        whatever the pipeline raised."""
+        self._real_calls += 1
+        timeout = self.call_timeout_s
+        spark, generation = self._acquire(self._clock() + timeout)
+        with self._lock:
+            if self._owns_session and self._warm_generation != generation:
+                # A fresh JVM compiles every plan the first time (code generation, JIT):
+                # its first run may take as long as a start.
+                timeout = max(timeout, self.start_timeout_s)
+        deadline = self._clock() + timeout
+        compute = self._compute_fn()
+        tag = f"kte-{snapshot.cluster}-{uuid.uuid4().hex[:12]}"
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            tagged = False
+            try:
+                with contextlib.suppress(Exception):  # old servers: no interruption by tag
+                    spark.addTag(tag)
+                    tagged = True
+                box["result"] = compute(spark, snapshot, self.settings, memory, now_ms)
+            except BaseException as e:
+                box["error"] = e
+            finally:
+                if tagged:
+                    with contextlib.suppress(Exception):
+                        spark.removeTag(tag)
+
+        thread = threading.Thread(target=run, name=f"pipeline-{snapshot.cluster}", daemon=True)
+        thread.start()
+        while thread.is_alive() and self._clock() < deadline:
+            thread.join(min(0.25, max(0.0, deadline - self._clock())))
+            if self._stopped.is_set() and thread.is_alive():
+                # Stopping: never keep the caller (a scheduler thread the interpreter joins
+                # at exit) waiting for a run whose session is being torn down.
+                raise PipelineUnavailableError("the pipeline is stopping")
+        if thread.is_alive():
+            self._on_deadline(spark, generation, tag, snapshot.cluster, timeout)
+            raise PipelineTimeoutError(
+                f"pipeline run for cluster {snapshot.cluster} passed its deadline of {timeout:.0f} s"
+            )
+        error = box.get("error")
+        if error is not None:
+            with self._lock:
+                self._mark_failure_locked()
+            if not self._alive(spark):
+                self._restart(generation, f"Spark session failed ({type(error).__name__})")
+            raise error
+        with self._lock:
+            self._last_ok = self._clock()
+            self._warm_generation = generation
+            self._failing_since = None
+            self._failed_starts = 0
+            self._last_error = ""
+        result: CycleResult = box["result"]
+        return result
+
+    def _mark_failure_locked(self) -> None:
+        if self._failing_since is None:
+            self._failing_since = self._clock()
+
+    def _alive(self, spark: Any) -> bool:
+        """A trivial round trip into the session, bounded by :data:`PING_TIMEOUT_S`."""
+        if self._spark_config.connect_url is None:
+            from pyspark import SparkContext
+
+            proc = getattr(getattr(SparkContext, "_gateway", None), "proc", None)
+            if proc is not None and self._pid is not None and proc.poll() is not None:
+                return False  # the JVM exited
+            probe: Callable[[], Any] = lambda: spark.sparkContext._jsc.sc().isStopped()  # noqa: E731
+        else:
+            probe = lambda: spark.range(1).collect()  # noqa: E731
+        finished, value = _bounded(probe, PING_TIMEOUT_S, "spark-ping")
+        return finished and not isinstance(value, BaseException) and value is not True
+
+    def _on_deadline(self, spark: Any, generation: int, tag: str, cluster: str, timeout: float) -> None:
+        with self._lock:
+            self._mark_failure_locked()
+        if self._alive(spark):
+            finished, _ = _bounded(lambda: spark.interruptTag(tag), PING_TIMEOUT_S, "spark-interrupt")
+            log.warning(
+                "pipeline run for cluster %s passed its deadline of %.0f s; its Spark jobs were %s",
+                cluster,
+                timeout,
+                "interrupted" if finished else "not interruptible",
+            )
+            return
+        self._restart(
+            generation,
+            f"Spark session does not answer (hung or dead) after the "
+            f"pipeline run for cluster {cluster} passed its deadline",
+        )
+
+    def _restart(self, generation: int, why: str) -> None:
+        """Tear the session of ``generation`` down; the next call starts a new one after
+        back-off. Sessions given to the runner are never torn down."""
+        if not self._owns_session:
+            log.error("%s (the session is not the daemon's own: not restarted)", why)
+            return
+        with self._lock:
+            if generation != self._generation or self._spark is None:
+                return  # someone else did it already
+            spark, pid = self._spark, self._pid
+            self._spark, self._pid = None, None
+            self._generation += 1
+            self._failed_starts += 1
+            backoff = min(BACKOFF_MAX_S, 2.0 ** (self._failed_starts - 1))
+            self._retry_at = self._clock() + backoff
+            self._last_error = why
+            self.restarts += 1
+        log.error(
+            "%s: tearing it down%s; a new session starts in %.0f s",
+            why,
+            f" (killing driver JVM pid {pid})" if pid else "",
+            backoff,
+        )
+        self._teardown(spark, pid, graceful=False)
+
+    def _teardown(self, spark: Any, pid: int | None, *, graceful: bool) -> None:
+        from exporter.pipeline.session import kill_local, stop
+
+        if self._spark_config.connect_url is not None:
+            # A Connect client: close its channel (the server and its JVM are not ours).
+            _bounded(lambda: stop(spark), STOP_GRACE_S, "spark-stop")
+            return
+        if graceful:
+            finished, value = _bounded(lambda: stop(spark), STOP_GRACE_S, "spark-stop")
+            if finished and not isinstance(value, BaseException):
+                return
+            log.warning("Spark did not stop within %.0f s: killing its JVM", STOP_GRACE_S)
+        kill_local(pid)
+
+    # --- health and stop -----------------------------------------------------------------
+
+    def health(self) -> tuple[bool, str]:
+        """(False, why) when pipeline runs were attempted and none succeeded for
+        ``spark.unhealthy_after_intervals`` intervals (plus the start timeout before the first
+        success): a restart of the process would help."""
+        with self._lock:
+            failing_since, last_ok, why = self._failing_since, self._last_ok, self._last_error
+        if failing_since is None or self._stopped.is_set():
+            return True, "ok"
+        intervals = self._spark_config.unhealthy_after_intervals
+        window = intervals * (self._interval_s or 60.0)
+        if last_ok is None:
+            window += self.start_timeout_s
+        since = last_ok if last_ok is not None else self._created
+        age = self._clock() - since
+        if age <= window:
+            return True, "ok"
+        what = "since start" if last_ok is None else f"for {age:.0f} s"
+        return False, (
+            f"no pipeline run succeeded {what} ({intervals} interval(s) allowed)"
+            + (f"; last error: {why}" if why else "")
+        )
 
     def stop(self) -> None:
-        """Stop Spark for good (after a pipeline run in flight, or the JVM's start)."""
+        """Stop Spark for good, within :data:`STOP_GRACE_S` plus a kill, whatever it does."""
         self._stopped.set()
         with self._lock:
-            if self._spark is not None and self._owns_session:
-                from exporter.pipeline.session import stop as stop_spark
+            spark, pid = self._spark, self._pid
+            self._spark, self._pid = None, None
+            self._generation += 1
+            starting = self._start_thread is not None
+            self._start_done.set()  # wake callers waiting for a start: they see "stopped"
+        if spark is not None and self._owns_session:
+            self._teardown(spark, pid, graceful=True)
+        elif starting and self._owns_session and self._spark_config.connect_url is None:
+            # A JVM still starting: kill it so that the process can exit now.
+            from exporter.pipeline.session import kill_local
 
-                stop_spark(self._spark)
-            self._spark = None
+            kill_local(None)

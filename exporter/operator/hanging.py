@@ -39,6 +39,8 @@ from exporter.operator.requests import FindHangingRequest
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from exporter.config import SparkConfig
+
 log = logging.getLogger(__name__)
 
 #: The ACL that lets the exporter's principal see every transaction's owner.
@@ -54,28 +56,14 @@ _NO_CAP = 10_000_000
 
 
 @contextmanager
-def local_spark() -> Iterator[SparkSession]:
-    """The process's active Spark session if there is one, else a local one for this call."""
-    from pyspark.sql import SparkSession
+def local_spark(spark_config: SparkConfig | None = None) -> Iterator[SparkSession]:
+    """The engine for one command, the cheapest reachable one first: this process's session,
+    a configured or local warm Spark Connect engine, else a fast-starting local session
+    (see :func:`exporter.operator.engine.cli_engine`)."""
+    from exporter.operator.engine import cli_engine
 
-    from exporter.config import SparkConfig
-    from exporter.pipeline.session import spark_session, stop
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        yield active
-        return
-    # getActiveSession is per thread: a session started by another thread of this process
-    # (a test's, the daemon's) is reused by getOrCreate below and must not be stopped here.
-    from pyspark import SparkContext
-
-    existed = SparkContext._active_spark_context is not None
-    session = spark_session(SparkConfig(master="local[2]", app_name="kafka-txn-exporter-cli"))
-    try:
-        yield session
-    finally:
-        if not existed:
-            stop(session)
+    with cli_engine(spark_config) as spark:
+        yield spark
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 Three deployments, chosen by config alone:
 
 * embedded local mode (``master: local[2]``, the default): a JVM started by PySpark inside
-  the exporter's process tree, tuned for small data (a snapshot is kilobytes to a few MB);
+  the exporter's process tree, sized and tuned for small data (a snapshot is kilobytes to a
+  few MB): see :data:`LOCAL_DEFAULTS` and :data:`LEAN_JVM_OPTIONS`;
 * a standalone/YARN/Kubernetes master (``master: spark://HOST:PORT`` ...);
 * Spark Connect (``connect_url: sc://HOST:PORT``): no local JVM at all. The pipeline only uses
   the DataFrame API, so it runs unchanged there.
@@ -11,21 +12,69 @@ Three deployments, chosen by config alone:
 The session is expensive to start (seconds) and cheap to reuse: the daemon creates it once
 and passes it to every cycle; :meth:`SparkSession.builder.getOrCreate` also returns the
 already active session when called twice in one process.
+
+A local session whose JVM died or hangs is torn down with :func:`kill_local` (SIGKILL by pid,
+then PySpark's process-wide state is reset) so that :func:`spark_session` can start a new one
+in the same process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
+import signal
+import socket
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
 from exporter.config import SparkConfig
 
 log = logging.getLogger(__name__)
+# py4j logs every connection a pipeline thread opens and closes at INFO.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
+
+#: The smallest ``spark.driver_memory`` Spark's memory manager accepts: it reserves 300 MiB of
+#: the heap and refuses to start below 1.5 x that (``Runtime.maxMemory()`` of a 512m heap is
+#: about 491 MiB with the serial collector). ``exporter.config`` validates against it.
+MIN_DRIVER_MEMORY_MB = 512
+
+#: The Spark Connect plugin: loaded into the embedded driver when ``connect_server_port`` is
+#: set, so that the CLI (``find-hanging``, ``abort``) runs on the daemon's warm JVM.
+CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
+
+#: JVM flags of the embedded driver. The heap holds a few MB of snapshot at a time, but
+#: Spark's defaults size everything for a cluster node. Measured with bench/daemon_memory.py
+#: (docs/operations.md, "Footprint"):
+#:
+#: * the serial collector: no concurrent GC threads and no G1 remembered sets (tens of MiB of
+#:   native memory), and with the free-ratio bounds it shrinks the committed heap after a full
+#:   collection instead of keeping the high-water mark (tighter bounds, 10/30, were measured
+#:   to spend a third of the JVM's CPU in full collections);
+#: * a bounded code cache and metaspace (Spark's generated classes are few for one pipeline);
+#: * two JIT compiler threads (a 2-core pod), 512 KiB thread stacks (Spark starts ~60 threads);
+#: * exit on OutOfMemoryError: a JVM in that state is useless; the daemon's supervision
+#:   notices the death and starts a new session.
+LEAN_JVM_OPTIONS: tuple[str, ...] = (
+    "-XX:+UseSerialGC",
+    "-XX:MinHeapFreeRatio=20",
+    "-XX:MaxHeapFreeRatio=40",
+    "-Xms64m",
+    "-XX:ReservedCodeCacheSize=96m",
+    "-XX:MaxMetaspaceSize=256m",
+    "-XX:CICompilerCount=2",
+    "-Xss512k",
+    "-XX:+ExitOnOutOfMemoryError",
+)
+
+#: Extra JVM flags for a short-lived session (the CLI's cold fallback): C1 only, which halves
+#: the JIT's CPU at start-up; the warm daemon keeps the optimising compiler.
+SHORT_LIVED_JVM_OPTIONS: tuple[str, ...] = ("-XX:TieredStopAtLevel=1",)
 
 #: Settings for a snapshot-sized workload in local mode. ``SparkConfig.conf`` overrides them.
 LOCAL_DEFAULTS: Mapping[str, str] = {
@@ -37,11 +86,28 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
     "spark.sql.adaptive.enabled": "false",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
+    "spark.eventLog.enabled": "false",
     "spark.sql.catalogImplementation": "in-memory",  # no Hive metastore, no derby files
     "spark.sql.session.timeZone": "UTC",
     # The embedded driver only talks to itself: never depend on the host name resolving.
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
+    # Even without the UI, Spark keeps every finished job, stage, task and SQL execution in
+    # its in-memory status store (1000 jobs, 100000 tasks by default): a daemon running a few
+    # jobs per cycle would grow its heap for hours. Keep a handful.
+    "spark.ui.retainedJobs": "20",
+    "spark.ui.retainedStages": "20",
+    "spark.ui.retainedTasks": "200",
+    "spark.ui.retainedDeadExecutors": "2",
+    "spark.sql.ui.retainedExecutions": "10",
+    "spark.ui.dagGraph.retainedRootRDDs": "20",
+    # Cached frames and broadcasts of finished cycles are cleaned when the driver collects
+    # them: collect every few minutes, not every 30.
+    "spark.cleaner.periodicGC.interval": "3min",
+    # Execution + storage share of the heap after Spark's 300 MiB reserve. The snapshot's
+    # cached frames are small; the rest of the heap is for planning and the Arrow hand-over.
+    "spark.memory.fraction": "0.5",
+    "spark.memory.storageFraction": "0.3",
 }
 
 #: Settings for a remote master: the workload is still small.
@@ -53,12 +119,45 @@ CLUSTER_DEFAULTS: Mapping[str, str] = {
     "spark.sql.session.timeZone": "UTC",
 }
 
+#: Environment of the embedded JVM: glibc gives each thread that allocates its own 64 MiB
+#: malloc arena; Spark's ~60 threads make that hundreds of MiB of address space and tens of
+#: MiB of RSS. Two arenas are plenty for a driver that does little native allocation.
+LOCAL_JVM_ENV: Mapping[str, str] = {"MALLOC_ARENA_MAX": "2"}
+
+_SIZE = re.compile(r"^(\d+)([kmgt])$")
+_SIZE_MB = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
+
+
+def size_mb(size: str) -> float:
+    """A JVM size such as ``512m`` or ``1g`` in MiB (ValueError when it is not one)."""
+    m = _SIZE.match(size.strip().lower())
+    if not m:
+        raise ValueError(f"{size!r} is not a JVM size such as 512m or 1g")
+    return int(m.group(1)) * _SIZE_MB[m.group(2)]
+
 
 def is_local_master(master: str) -> bool:
     return master == "local" or master.startswith("local[")
 
 
-def session_conf(config: SparkConfig) -> dict[str, str]:
+def is_embedded(config: SparkConfig) -> bool:
+    """True when the pipeline's JVM is a child of this process (local master, no Connect)."""
+    return config.connect_url is None and is_local_master(config.master)
+
+
+def java_options(config: SparkConfig, *, short_lived: bool = False) -> str:
+    """``spark.driver.extraJavaOptions`` of the embedded driver: ours, then the operator's
+    (given in ``conf``; for a flag given twice the JVM takes the last one)."""
+    options = [f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}", *LEAN_JVM_OPTIONS]
+    if short_lived:
+        options += SHORT_LIVED_JVM_OPTIONS
+    own = config.conf.get("spark.driver.extraJavaOptions")
+    if own:
+        options.append(own)
+    return " ".join(options)
+
+
+def session_conf(config: SparkConfig, *, short_lived: bool = False) -> dict[str, str]:
     """The Spark settings :func:`spark_session` applies (defaults, then the config's ``conf``)."""
     if config.connect_url:
         # Static settings (UI, memory, catalog) belong to the Connect server; only the
@@ -66,18 +165,27 @@ def session_conf(config: SparkConfig) -> dict[str, str]:
         return dict(config.conf)
     local = is_local_master(config.master)
     conf = dict(LOCAL_DEFAULTS if local else CLUSTER_DEFAULTS)
-    if local:
-        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}"
     conf["spark.driver.memory"] = config.driver_memory
     if config.local_dir:
         conf["spark.local.dir"] = config.local_dir
     conf.update(config.conf)
+    if local:
+        conf["spark.driver.extraJavaOptions"] = java_options(config, short_lived=short_lived)
+        if config.connect_server_port:
+            # The daemon's warm engine, for the CLI in the same pod: loopback only.
+            plugins = [p for p in conf.get("spark.plugins", "").split(",") if p]
+            conf["spark.plugins"] = ",".join([*plugins, CONNECT_PLUGIN])
+            conf.setdefault("spark.connect.grpc.binding.address", "127.0.0.1")
+            conf["spark.connect.grpc.binding.port"] = str(config.connect_server_port)
     return conf
 
 
-def spark_session(config: SparkConfig) -> SparkSession:
-    """Start (or return the already running) Spark session described by ``config``."""
-    conf = session_conf(config)
+def spark_session(config: SparkConfig, *, short_lived: bool = False) -> SparkSession:
+    """Start (or return the already running) Spark session described by ``config``.
+
+    ``short_lived``: a session for one command (the CLI), tuned to start rather than to run.
+    """
+    conf = session_conf(config, short_lived=short_lived)
     if config.connect_url:
         builder = SparkSession.builder.remote(config.connect_url)
         where = config.redacted_connect_url
@@ -86,9 +194,11 @@ def spark_session(config: SparkConfig) -> SparkSession:
         where = config.master
     for key, value in conf.items():
         builder = builder.config(key, value)
-    if is_local_master(config.master) and not config.connect_url:
+    if is_embedded(config):
         # The embedded driver binds to loopback; without this Spark looks up the host name.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        for key, value in LOCAL_JVM_ENV.items():  # inherited by the JVM PySpark starts
+            os.environ.setdefault(key, value)
     log.info("starting Spark session on %s", where)
     session = builder.getOrCreate()
     if not config.connect_url:
@@ -97,9 +207,76 @@ def spark_session(config: SparkConfig) -> SparkSession:
     return session
 
 
+def local_jvm_pid(session: Any) -> int | None:
+    """The pid of the JVM behind a classic local session started by this process, else None.
+
+    PySpark's launcher ``exec``s the JVM in the process it spawned, so the gateway's process
+    is the JVM itself (checked: a child of ours running ``java``).
+    """
+    from pyspark import SparkContext
+
+    gateway = getattr(SparkContext, "_gateway", None)
+    proc = getattr(gateway, "proc", None)
+    pid = getattr(proc, "pid", None)
+    if not isinstance(pid, int) or getattr(session, "_sc", None) is None:
+        return None
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return pid  # no /proc (not Linux): trust the gateway
+    return pid if comm == "java" else None
+
+
+def kill_local(pid: int | None = None) -> None:
+    """Tear down a classic session whose JVM died or hangs: SIGKILL the JVM (``pid``, and the
+    process PySpark launched as its gateway; also when stopped by SIGSTOP), reap it, and reset
+    PySpark's process-wide state so that the next :func:`spark_session` launches a new JVM.
+    Never calls into the old JVM."""
+    from pyspark import SparkContext
+    from pyspark.sql import SQLContext
+
+    gateway = getattr(SparkContext, "_gateway", None)
+    proc = getattr(gateway, "proc", None)
+    targets = {p for p in (pid, getattr(proc, "pid", None)) if isinstance(p, int)}
+    for target in targets:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(target, signal.SIGKILL)
+    if proc is not None:
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=10)
+    context = SparkContext._active_spark_context
+    with SparkContext._lock:
+        if context is not None:
+            context._jsc = None
+            server = getattr(context, "_accumulatorServer", None)
+            if server is not None:
+                with contextlib.suppress(Exception):
+                    server.shutdown()
+                    server.server_close()
+                context._accumulatorServer = None  # type: ignore[assignment]
+        SparkContext._active_spark_context = None
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+    if gateway is not None:
+        with contextlib.suppress(Exception):
+            gateway.close()
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
+    SQLContext._instantiatedContext = None
+
+
 def stop(session: SparkSession | None) -> None:
     """Stop a session started by :func:`spark_session`; safe to call with ``None`` or twice."""
     if session is None:
         return
     log.info("stopping Spark session")
     session.stop()
+
+
+def connect_port_answers(port: int, host: str = "127.0.0.1", timeout_s: float = 0.3) -> bool:
+    """Whether something accepts TCP connections on ``host:port`` (a Connect endpoint)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False

@@ -1,4 +1,6 @@
-"""The pipeline on Spark Connect gives exactly what it gives on the embedded local session.
+"""The pipeline on Spark Connect gives exactly what it gives on the embedded local session,
+and the daemon in thin mode (``spark.connect_url``: no JVM of its own) publishes on /metrics
+what the embedded daemon publishes on the same broker.
 
 A real Spark Connect server (the one in the pyspark wheel, ``SparkConnectServer`` through
 ``spark-submit``) runs on loopback as a subprocess of the test; the Connect client runs in a
@@ -6,6 +8,11 @@ separate Python process (:mod:`tests.integration.spark_connect_cycles`), since a
 client and the test process's classic session do not mix in one process. Both compute the
 same cycles (the warm-up snapshot and a two-cycle snapshot with every class), and the
 results must be equal field by field.
+
+The daemon test runs the thin daemon as a command-line process (a Connect client) against
+the single-node test-bed broker, and the embedded daemon in the test process on the test's
+classic session; both see the same transactional state (a hanging transaction, an open one
+with records behind it, committed and aborted ones).
 
 Needs the ``connect`` extra (``pyspark[connect]``: grpcio, pandas, ...) and a JDK.
 """
@@ -31,6 +38,9 @@ from pyspark.sql import SparkSession
 
 from exporter.model import CycleResult, TxnClass
 from exporter.pipeline.compute import compute
+from testbed.broker import KafkaCluster
+from testbed.scenarios import OpenTransaction, produce_plain, run_transaction
+from tests.fixtures_kafka import HangingFactory
 from tests.integration.spark_connect_cycles import CYCLES, comparable, run_cycles
 from tests.unit.test_pipeline import candidates
 
@@ -126,11 +136,16 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     }
     command = [
         str(SPARK_HOME / "bin" / "spark-submit"),
-        "--class", SERVER_CLASS,
-        "--name", "kafka-txn-exporter-connect-test",
-        "--master", "local[2]",
-        "--driver-memory", "512m",
-        "--driver-java-options", f"-Dlog4j2.configurationFile={log4j} -Djava.io.tmpdir={work}",
+        "--class",
+        SERVER_CLASS,
+        "--name",
+        "kafka-txn-exporter-connect-test",
+        "--master",
+        "local[2]",
+        "--driver-memory",
+        "512m",
+        "--driver-java-options",
+        f"-Dlog4j2.configurationFile={log4j} -Djava.io.tmpdir={work}",
         *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")),
         "spark-internal",
     ]
@@ -142,17 +157,25 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     }
     env.pop("SPARK_REMOTE", None)
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(command, cwd=work, env=env, stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            command,
+            cwd=work,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not port_answers(port):
             if proc.poll() is not None:
-                pytest.fail(f"Spark Connect server exited with {proc.returncode}:\n"
-                            f"{log_tail(log_path)}")
+                pytest.fail(f"Spark Connect server exited with {proc.returncode}:\n{log_tail(log_path)}")
             if time.monotonic() > deadline:
-                pytest.fail(f"Spark Connect server did not answer on 127.0.0.1:{port} within "
-                            f"{START_TIMEOUT_S:.0f} s:\n{log_tail(log_path)}")
+                pytest.fail(
+                    f"Spark Connect server did not answer on 127.0.0.1:{port} within "
+                    f"{START_TIMEOUT_S:.0f} s:\n{log_tail(log_path)}"
+                )
             time.sleep(0.5)
         yield f"sc://127.0.0.1:{port}"
     finally:
@@ -161,12 +184,19 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def start_connect_client(url: str) -> subprocess.Popen[str]:
     """The cycles of :data:`CYCLES` on Spark Connect, in a fresh Python process."""
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE", "PYSPARK_SUBMIT_ARGS")}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE", "PYSPARK_SUBMIT_ARGS")
+    }
     return subprocess.Popen(
         [sys.executable, "-m", "tests.integration.spark_connect_cycles", url],
-        cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -225,3 +255,161 @@ def test_pipeline_on_spark_connect_equals_local(spark: SparkSession, connect_url
         assert set(got) == set(want), name
         for field in dataclasses.fields(CycleResult):
             assert got[field.name] == want[field.name], f"cycle {name}: field {field.name}"
+
+
+# --- the daemon in thin mode ------------------------------------------------------------------
+
+#: Exporter-internal series (timings, counters of cycles) differ between two runs by nature.
+_OWN_PREFIX = "kafka_txn_exporter_"
+#: Series whose value is a time that moves between the two daemons' cycles: labels compared.
+_TIME_VALUED = ("_seconds", "_timestamp_ms", "_age")
+
+
+def _series(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith(_OWN_PREFIX) or not sample.name.startswith("kafka_txn_"):
+                continue
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def _comparable_series(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float | None]:
+    return {
+        key: (None if any(part in key[0] for part in _TIME_VALUED) else v) for key, v in _series(text).items()
+    }
+
+
+def _java_children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid and (entry / "comm").read_text().strip() == "java":
+                found.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def _get(url: str) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except OSError:
+        return 0, ""
+
+
+@pytest.mark.kafka
+def test_thin_daemon_on_spark_connect_publishes_what_the_embedded_daemon_publishes(
+    spark: SparkSession,
+    connect_url: str,
+    kafka: KafkaCluster,
+    topic: str,
+    hanging: HangingFactory,
+    tmp_path: Path,
+) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from exporter.config import parse_config
+    from exporter.daemon import Daemon, PipelineRunner
+    from testbed.broker import free_port
+
+    bootstrap = kafka.bootstrap_servers
+    run_transaction(bootstrap, topic, partition=0, commit=True)
+    run_transaction(bootstrap, topic, partition=0, commit=False)
+    hanging(topic, partition=1, backdate_ms=30 * 60 * 1000)
+    with OpenTransaction(bootstrap, topic, partition=2, transaction_timeout_ms=600_000) as legit:
+        legit.begin(records=2)
+        produce_plain(bootstrap, topic, partition=2, records=5)
+        common = {
+            "pipeline": {"hanging_confirm_cycles": 1, "lso_lag_series": "all"},
+            "clusters": [
+                {
+                    "name": "parity",
+                    "bootstrap_servers": bootstrap,
+                    "interval": "3s",
+                    "request_timeout": "2s",
+                    "topics": {"allow": [topic]},
+                }
+            ],
+        }
+
+        # Thin: the command-line daemon, a Connect client; it must start no JVM.
+        port = free_port()
+        config_path = tmp_path / "thin.yml"
+        config_path.write_text(
+            json.dumps(
+                {
+                    **common,
+                    "web": {"listen_address": f"127.0.0.1:{port}"},
+                    "spark": {"connect_url": connect_url},
+                }
+            )
+        )
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if key not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE", "PYSPARK_SUBMIT_ARGS")
+        }
+        env["PYTHONPATH"] = str(REPO)
+        log_path = tmp_path / "thin.log"
+        with log_path.open("w") as log:
+            thin = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    "import sys; from exporter.cli import main; sys.exit(main())",
+                    "run",
+                    "--config.file",
+                    str(config_path),
+                ],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            deadline = time.monotonic() + CLIENT_TIMEOUT_S
+            while _get(f"http://127.0.0.1:{port}/readyz")[0] != 200:
+                assert thin.poll() is None, log_tail(log_path)
+                assert time.monotonic() < deadline, log_tail(log_path)
+                time.sleep(0.5)
+            status, thin_text = _get(f"http://127.0.0.1:{port}/metrics")
+            assert status == 200
+            assert _java_children(thin.pid) == [], "thin mode must not start a JVM"
+        finally:
+            thin.send_signal(signal.SIGTERM)
+            try:
+                thin.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                thin.kill()
+                thin.wait()
+
+        # Embedded: the same config on the test's classic session, one cycle.
+        config = parse_config({**common, "web": {"listen_address": "127.0.0.1:0"}}, env={})
+        embedded = Daemon(
+            config,
+            registry=CollectorRegistry(),
+            pipeline=PipelineRunner(config.spark, config.pipeline, session=spark),
+        )
+        try:
+            embedded.jobs[0].run_cycle()
+            embedded_text = generate_latest(embedded.registry).decode()
+        finally:
+            embedded.stop()
+
+    thin_series = _comparable_series(thin_text)
+    embedded_series = _comparable_series(embedded_text)
+    assert any(name == "kafka_txn_hanging_transaction_info" for name, _ in embedded_series)
+    assert thin_series == embedded_series

@@ -1,0 +1,241 @@
+"""PipelineRunner's supervision on a stand-in session (no JVM): deadlines, clusters in
+parallel, health. The real JVM killed and paused under a running daemon is
+tests/integration/test_spark_supervision.py."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from exporter.config import SparkConfig, parse_config
+from exporter.daemon.pipeline import PipelineRunner, PipelineTimeoutError
+from exporter.model import ClusterSnapshot, CycleResult, PipelineSettings
+from exporter.pipeline.warmup import warmup_snapshot
+
+
+class StandInSession:
+    """Answers the runner's calls: tags, interruption, the liveness probe."""
+
+    def __init__(self, *, alive: bool = True) -> None:
+        self.alive = alive
+        self.tags: list[str] = []
+        self.interrupted: list[str] = []
+        self.sparkContext = self
+        self._jsc = self
+
+    def sc(self) -> StandInSession:
+        return self
+
+    def isStopped(self) -> bool:  # noqa: N802 (the JVM's name)
+        if not self.alive:
+            threading.Event().wait()  # a hung JVM never answers
+        return False
+
+    def addTag(self, tag: str) -> None:  # noqa: N802
+        self.tags.append(tag)
+
+    def removeTag(self, tag: str) -> None:  # noqa: N802
+        pass
+
+    def interruptTag(self, tag: str) -> list[str]:  # noqa: N802
+        self.interrupted.append(tag)
+        return []
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def snapshot(cluster: str) -> ClusterSnapshot:
+    from dataclasses import replace
+
+    return replace(warmup_snapshot(), cluster=cluster)
+
+
+def result(snap: ClusterSnapshot) -> CycleResult:
+    return CycleResult(cluster=snap.cluster, computed_at_ms=0)
+
+
+def runner(compute: Any, *, session: Any = None, clock: Any = None, **spark: Any) -> PipelineRunner:
+    kwargs: dict[str, Any] = {"compute_fn": compute}
+    if clock is not None:
+        kwargs["clock"] = clock
+    return PipelineRunner(
+        SparkConfig(**spark),
+        PipelineSettings(),
+        session=session or StandInSession(),
+        interval_s=2.0,
+        **kwargs,
+    )
+
+
+def test_a_slow_cluster_does_not_hold_back_another() -> None:
+    release = threading.Event()
+    entered = threading.Event()
+
+    def compute(spark: Any, snap: ClusterSnapshot, *_: Any) -> CycleResult:
+        if snap.cluster == "slow":
+            entered.set()
+            release.wait(30)
+        return result(snap)
+
+    r = runner(compute, pipeline_timeout_ms=60_000)
+    slow = threading.Thread(target=r.compute, args=(snapshot("slow"), None, 0))
+    slow.start()
+    try:
+        assert entered.wait(30)
+        # While the slow cluster's run is still in Spark, the other one runs and returns.
+        assert r.compute(snapshot("fast"), None, 0).cluster == "fast"
+        assert slow.is_alive()
+    finally:
+        release.set()
+        slow.join(30)
+
+
+def test_a_run_past_its_deadline_raises_and_its_tagged_jobs_are_interrupted() -> None:
+    session = StandInSession()
+    hold = threading.Event()
+
+    def compute(*_: Any) -> CycleResult:
+        hold.wait(30)
+        raise RuntimeError("cancelled")
+
+    r = runner(compute, session=session, pipeline_timeout_ms=1000)
+    try:
+        with pytest.raises(PipelineTimeoutError, match="deadline of 1 s"):
+            r.compute(snapshot("c"), None, 0)
+    finally:
+        hold.set()
+    assert session.interrupted == session.tags[:1]
+    assert session.interrupted[0].startswith("kte-c-")
+
+
+def test_a_pipeline_error_reaches_the_caller_unchanged() -> None:
+    def compute(*_: Any) -> CycleResult:
+        raise ValueError("bad plan")
+
+    with pytest.raises(ValueError, match="bad plan"):
+        runner(compute).compute(snapshot("c"), None, 0)
+
+
+def test_health_turns_503_after_failing_intervals_and_back_after_a_success() -> None:
+    clock = Clock()
+    failing = True
+
+    def compute(_spark: Any, snap: ClusterSnapshot, *_: Any) -> CycleResult:
+        if failing:
+            raise RuntimeError("py4j: connection refused")
+        return result(snap)
+
+    r = runner(compute, clock=clock, unhealthy_after_intervals=2)
+    failing = False
+    r.compute(snapshot("c"), None, 0)
+    assert r.health() == (True, "ok")
+    failing = True
+    with pytest.raises(RuntimeError):
+        r.compute(snapshot("c"), None, 0)
+    clock.now += 3.9  # within 2 intervals of 2 s since the last success
+    assert r.health()[0]
+    clock.now += 0.2
+    healthy, why = r.health()
+    assert not healthy
+    assert "no pipeline run succeeded for 4 s (2 interval(s) allowed)" in why
+    failing = False
+    r.compute(snapshot("c"), None, 0)
+    assert r.health() == (True, "ok")
+
+
+def test_no_pipeline_call_at_all_is_healthy() -> None:
+    """A Kafka outage means no snapshot, hence no pipeline call: a restart would not help."""
+    clock = Clock()
+    r = runner(lambda *_: None, clock=clock)
+    clock.now += 3600
+    assert r.health() == (True, "ok")
+
+
+def test_the_default_deadline_follows_the_shortest_interval_with_a_floor() -> None:
+    r = runner(lambda *_: None)
+    r.use_interval(30)
+    assert r.call_timeout_s == 90
+    r.use_interval(2)
+    assert r.call_timeout_s == 60
+    assert runner(lambda *_: None, pipeline_timeout_ms=5000).call_timeout_s == 5
+
+
+def test_spark_supervision_keys_are_validated() -> None:
+    base = {"clusters": [{"name": "c", "bootstrap_servers": "127.0.0.1:9092"}]}
+    config = parse_config(
+        {
+            **base,
+            "spark": {
+                "pipeline_timeout": "20s",
+                "start_timeout": "2m",
+                "unhealthy_after_intervals": 4,
+                "connect_server_port": 15002,
+            },
+        },
+        env={},
+    )
+    assert config.spark.pipeline_timeout_ms == 20_000
+    assert config.spark.start_timeout_ms == 120_000
+    assert config.spark.unhealthy_after_intervals == 4
+    assert config.spark.connect_server_port == 15002
+    from exporter.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        parse_config(
+            {
+                **base,
+                "spark": {
+                    "driver_memory": "256m",
+                    "unhealthy_after_intervals": 0,
+                    "connect_server_port": 80,
+                    "pipeline_timeout": "10ms",
+                },
+            },
+            env={},
+        )
+    text = str(e.value)
+    assert "spark.driver_memory: '256m' is below the minimum 512m" in text
+    assert "spark.unhealthy_after_intervals" in text
+    assert "spark.connect_server_port: 80 is not a port" in text
+    assert "spark.pipeline_timeout: must be at least 1000 ms" in text
+
+
+def test_stop_releases_a_caller_waiting_on_a_run() -> None:
+    """A cycle waiting for its run never holds the process's exit up to the deadline."""
+    from exporter.daemon.pipeline import PipelineUnavailableError
+
+    hold = threading.Event()
+    entered = threading.Event()
+
+    def compute(*_: Any) -> CycleResult:
+        entered.set()
+        hold.wait(60)
+        raise RuntimeError("never reached in time")
+
+    r = runner(compute, pipeline_timeout_ms=600_000)
+    outcome: list[BaseException] = []
+
+    def cycle() -> None:
+        try:
+            r.compute(snapshot("c"), None, 0)
+        except BaseException as e:
+            outcome.append(e)
+
+    caller = threading.Thread(target=cycle)
+    caller.start()
+    try:
+        assert entered.wait(30)
+        r.stop()
+        caller.join(30)
+        assert not caller.is_alive()
+        assert isinstance(outcome[0], PipelineUnavailableError)
+    finally:
+        hold.set()

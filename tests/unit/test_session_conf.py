@@ -1,0 +1,53 @@
+"""The embedded driver's settings (exporter/pipeline/session.py), without starting Spark."""
+
+from __future__ import annotations
+
+from exporter.config import SparkConfig
+from exporter.pipeline.session import (
+    CONNECT_PLUGIN,
+    LEAN_JVM_OPTIONS,
+    SHORT_LIVED_JVM_OPTIONS,
+    session_conf,
+)
+
+
+def test_the_embedded_driver_is_lean_and_quiet() -> None:
+    conf = session_conf(SparkConfig(driver_memory="768m"))
+    assert conf["spark.driver.memory"] == "768m"
+    options = conf["spark.driver.extraJavaOptions"].split()
+    assert options[0].startswith("-Dlog4j2.configurationFile=")
+    assert options[1:] == list(LEAN_JVM_OPTIONS)
+    assert "-XX:+UseSerialGC" in options
+    assert conf["spark.ui.enabled"] == "false"
+    assert conf["spark.eventLog.enabled"] == "false"
+    assert conf["spark.sql.catalogImplementation"] == "in-memory"
+    # Without the UI Spark still keeps finished jobs in memory: only a handful.
+    assert int(conf["spark.ui.retainedJobs"]) <= 50
+    assert int(conf["spark.sql.ui.retainedExecutions"]) <= 50
+    assert "spark.plugins" not in conf
+
+
+def test_operator_jvm_flags_come_last_and_win() -> None:
+    conf = session_conf(SparkConfig(conf={"spark.driver.extraJavaOptions": "-XX:+UseG1GC"}))
+    options = conf["spark.driver.extraJavaOptions"].split()
+    assert options[-1] == "-XX:+UseG1GC"
+    assert options[1:-1] == list(LEAN_JVM_OPTIONS)
+
+
+def test_a_short_lived_session_trades_peak_speed_for_start_up() -> None:
+    options = session_conf(SparkConfig(), short_lived=True)["spark.driver.extraJavaOptions"]
+    assert options.endswith(" ".join(SHORT_LIVED_JVM_OPTIONS))
+
+
+def test_the_cli_endpoint_is_spark_connect_on_loopback() -> None:
+    conf = session_conf(SparkConfig(connect_server_port=15002, conf={"spark.plugins": "com.example.Other"}))
+    assert conf["spark.plugins"] == f"com.example.Other,{CONNECT_PLUGIN}"
+    assert conf["spark.connect.grpc.binding.address"] == "127.0.0.1"
+    assert conf["spark.connect.grpc.binding.port"] == "15002"
+
+
+def test_a_connect_client_sends_only_the_operators_settings() -> None:
+    conf = session_conf(
+        SparkConfig(connect_url="sc://spark:15002", conf={"spark.sql.shuffle.partitions": "1"})
+    )
+    assert conf == {"spark.sql.shuffle.partitions": "1"}
