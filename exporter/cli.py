@@ -183,7 +183,7 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from exporter.daemon import Daemon
-    from exporter.daemon.listen import listen_error_text
+    from exporter.daemon.listen import ListenError
 
     config = _load(args)
     setup_logging(config.log.level, config.log.format)
@@ -192,8 +192,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         try:
             daemon.start()
-        except OSError as e:  # the HTTP bind: in use, not a local address, not permitted
-            print(f"kafka-txn-exporter: {listen_error_text(config.web, e)}", file=sys.stderr)
+        except ListenError as e:  # the HTTP bind: in use, not a local address, not permitted
+            print(f"kafka-txn-exporter: {e.strerror}", file=sys.stderr)
             return ExitCode.USAGE
         while not stop.wait():
             _reload(args, daemon)

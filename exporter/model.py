@@ -223,6 +223,9 @@ class ClusterSnapshot:
     reread_partitions: frozenset[tuple[str, int]] = frozenset()
     #: Committed offsets of the consumer groups that consume monitored topics.
     group_offsets: tuple[GroupOffset, ...] = ()
+    #: What a read_committed consumer could read between a committed offset and the LSO,
+    #: from the batches themselves (the "lag stuck at 1" evidence).
+    consumable_checks: tuple[ConsumableCheck, ...] = ()
     #: Brokers whose transaction listing (ListTransactions) succeeded; a producer id not
     #: found is only "unknown to every coordinator" when all brokers answered.
     coordinators_listed: frozenset[int] = frozenset()
@@ -377,6 +380,8 @@ class PipelineMemory:
     watched: tuple[WatchedTransaction, ...] = ()
     #: KIP-588 timeout aborts counted since the process started, per coordinator.
     timeout_aborts_total: tuple[CoordinatorCount, ...] = ()
+    #: What the consumer-group family carries to the next cycle (LSO history, blocked since).
+    groups: GroupsCarry = field(default_factory=lambda: GroupsCarry())  # noqa: PLW0108 - declared below
 
     @property
     def watched_ids(self) -> tuple[str, ...]:
@@ -401,6 +406,8 @@ class CycleResult:
     transactional_ids_visible: bool | None = None
     #: The finalized transaction.version feature level of the cluster, None when unknown.
     transaction_version: int | None = None
+    #: The consumer-group family (None when not configured or no group offsets were read).
+    groups: GroupsResult | None = None
     memory: PipelineMemory = field(default_factory=PipelineMemory)
 
 

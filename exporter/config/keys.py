@@ -191,6 +191,20 @@ class Kind:
 
 
 @dataclass(frozen=True)
+class Parsed(Kind):
+    """A section read by a parser of its own: ``parse(raw, path) -> (value, problems)``, each
+    problem a ``path.key: what is wrong`` line (the history store, the consumer groups)."""
+
+    parse: Callable[[object, str], tuple[object, list[str]]] = lambda raw, path: (raw, [])
+    json_types: frozenset[str] = frozenset({"object", "boolean", "array", "null"})
+
+    def read(self, r: Reader, raw: object, where: Where, name: str) -> object:
+        value, problems = self.parse(raw, where.key(name))
+        r.problems.extend(problems)
+        return INVALID if problems else value
+
+
+@dataclass(frozen=True)
 class Text(Kind):
     pattern: str | None = None
     #: What a valid value looks like, for the message.

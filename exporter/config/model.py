@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from exporter.config.keys import (
     ENV_REF,
@@ -26,6 +26,7 @@ from exporter.config.keys import (
     Key,
     Kind,
     Nested,
+    Parsed,
     Patterns,
     Reader,
     Section,
@@ -34,7 +35,17 @@ from exporter.config.keys import (
     Where,
     type_name,
 )
+from exporter.groups_config import (
+    BUILTIN_RULES,
+    AttributionRule,
+    GroupsConfig,
+    parse_attribution,
+    parse_groups,
+)
 from exporter.model import PipelineSettings
+
+if TYPE_CHECKING:
+    from exporter.history.config import HistoryConfig
 
 DEFAULT_LISTEN_ADDRESS = ":9851"
 DEFAULT_CLUSTER_LABEL = "kafka_cluster"
@@ -238,6 +249,8 @@ class ClusterConfig:
     read_batch_timestamps: bool = True
     #: librdkafka properties (security etc.), secrets already resolved.
     kafka: Mapping[str, str] = field(default_factory=dict)
+    #: The consumer-group family (docs/groups.md); off unless configured.
+    groups: GroupsConfig = field(default_factory=GroupsConfig)
 
     def redacted_kafka(self) -> dict[str, str]:
         return {k: ("<redacted>" if k in SECRET_PROPERTIES else v) for k, v in self.kafka.items()}
@@ -261,6 +274,10 @@ class Config:
     cluster_label: str = DEFAULT_CLUSTER_LABEL
     #: Secrets written literally in the file are refused unless this is true.
     allow_literal_secrets: bool = False
+    #: The transaction history (docs/history.md); None: off.
+    history: HistoryConfig | None = None
+    #: Transactional id -> application rules (docs/groups.md), the built-ins by default.
+    attribution: tuple[AttributionRule, ...] = BUILTIN_RULES
 
 
 # --- the Kafka client properties ------------------------------------------------------------------
@@ -530,6 +547,7 @@ CLUSTER = Section(
         Key("topics", "topics", Nested(TOPICS)),
         Key("kafka", "kafka", KafkaProperties()),
         Key("kafka_files", "kafka_files", KafkaProperties(from_files=True)),
+        Key("groups", "groups", Parsed(parse_groups)),
     ),
     check=_check_cluster,
 )
@@ -542,6 +560,12 @@ def _check_config(r: Reader, values: dict[str, Any], where: Where) -> None:
         r.problem("clusters", f"cluster name {dup!r} is used more than once")
 
 
+def _parse_history(raw: object, path: str) -> tuple[object, list[str]]:
+    from exporter.history.config import parse_history_section
+
+    return parse_history_section(raw)
+
+
 CONFIG = Section(
     Config,
     (
@@ -552,6 +576,8 @@ CONFIG = Section(
         Key("pipeline", "pipeline", Nested(PIPELINE)),
         Key("cluster_label", "cluster_label", Text(check=_label_problem)),
         Key("allow_literal_secrets", "allow_literal_secrets", Flag()),
+        Key("history", "history", Parsed(_parse_history)),
+        Key("attribution", "attribution", Parsed(parse_attribution)),
     ),
     check=_check_config,
 )

@@ -59,10 +59,18 @@ class Daemon:
         self._collector = TransactionHealthCollector(self.store, config.pipeline,
                                                      cluster_label=config.cluster_label)
         self.registry.register(self._collector)
-        self._listeners = tuple(listeners)
         self.pipeline = pipeline or PipelineRunner(config.spark, config.pipeline)
+        self.history: Any = None
+        if config.history is not None:  # the history store is one more cycle listener
+            from exporter.history.writer import HistoryWriter
+
+            self.history = HistoryWriter(config.history, self.pipeline.current_session)
+            listeners = (*listeners, self.history)
+        self._listeners = tuple(listeners)
         self.jobs = [ClusterJob.build(c, self.pipeline, self.store, self.metrics, self._listeners)
                      for c in config.clusters]
+        for job in self.jobs:
+            job.attribution = config.attribution
         self._scheduler: Any = None
         self._server: MetricsServer | None = None
         #: TLS and basic auth of the endpoints (web.config_file, checked at start-up).
@@ -150,6 +158,8 @@ class Daemon:
             self._server = None
         for job in self.jobs:
             job.close()
+        if self.history is not None:
+            self.history.close()  # flushes what the last cycles left, while Spark still runs
         self.pipeline.stop()  # waits for a pipeline run in flight, then stops Spark
         for job in self.jobs:
             job.wait_idle()
@@ -199,6 +209,7 @@ class Daemon:
         self.jobs = [ClusterJob.build(c, self.pipeline, store, self.metrics, self._listeners)
                      for c in config.clusters]
         for job in self.jobs:  # a kept cluster keeps its confirmations and watched transactions
+            job.attribution = config.attribution
             if job.cluster.name in kept:
                 job.memory = kept[job.cluster.name].memory
         if self._scheduler is not None:

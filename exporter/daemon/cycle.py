@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from exporter.config import ClusterConfig
 from exporter.daemon.pipeline import PipelineRunner
+from exporter.groups_config import BUILTIN_RULES, AttributionRule
 from exporter.kafka.admin import ClusterAdmin
 from exporter.kafka.collector import SnapshotCollector
 from exporter.kafka.errors import KafkaUnavailable
@@ -44,6 +45,8 @@ class ClusterJob:
         #: transactions, running totals): owned here, flowing one way, never read back from
         #: the scrape store.
         self.memory: PipelineMemory | None = None
+        #: Transactional id -> application rules (config ``attribution``).
+        self.attribution: tuple[AttributionRule, ...] = BUILTIN_RULES
 
     @classmethod
     def build(cls, cluster: ClusterConfig, pipeline: PipelineRunner, store: StateStore,
@@ -53,8 +56,15 @@ class ClusterJob:
                              request_timeout_ms=cluster.request_timeout_ms)
         collector = SnapshotCollector(cluster=cluster.name, admin=admin,
                                       topic_filter=cluster.topics.matcher(),
-                                      read_batch_timestamps=cluster.read_batch_timestamps)
+                                      read_batch_timestamps=cluster.read_batch_timestamps,
+                                      groups=cluster.groups)
         return cls(cluster, collector, pipeline, store, metrics, listeners=listeners)
+
+    @property
+    def collection_deadline_s(self) -> float:
+        """Collection never runs past the interval (three request timeouts when the interval
+        is shorter than that): late stages are cut and the snapshot is partial."""
+        return max(self.cluster.interval_ms, 3 * self.cluster.request_timeout_ms) / 1000
 
     def close(self) -> None:
         """No new cycle; the Kafka clients close, so a cycle in flight fails fast."""
@@ -91,7 +101,8 @@ class ClusterJob:
         memory = self.memory
         try:
             snapshot = self._collector.collect(
-                describe_extra=memory.watched_ids if memory is not None else ())
+                describe_extra=memory.watched_ids if memory is not None else (),
+                deadline_s=self.collection_deadline_s)
         except KafkaUnavailable as e:
             log.warning("cycle for cluster %s failed: %s", name, e)
             self._metrics.request_errors.labels(name, "Metadata", e.error).inc()
@@ -111,7 +122,8 @@ class ClusterJob:
             return
         pipeline_started = time.monotonic()
         try:
-            result = self._pipeline.compute(snapshot, memory, int(self._clock() * 1000))
+            result = self._pipeline.compute(snapshot, memory, int(self._clock() * 1000),
+                                            groups=self.cluster.groups, rules=self.attribution)
         except Exception:
             log.exception("pipeline failed for cluster %s", name)
             self._finish(replace(state, up=False), "failed", started)

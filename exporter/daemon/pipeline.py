@@ -231,6 +231,13 @@ class PipelineRunner:
             self._mark_failure_locked()
         log.error("%s; next attempt in %.0f s", why, backoff)
 
+    def current_session(self) -> Any:
+        """The running Spark session (for the history writer); raises when there is none."""
+        with self._lock:
+            if self._spark is None:
+                raise PipelineUnavailableError("no Spark session right now")
+            return self._spark
+
     def _acquire(self, deadline: float, *, first_start: bool = False) -> tuple[Any, int]:
         """The ready session and its generation; starts one when needed. Waits for a start
         in progress until ``deadline`` (the start timeout, before the first success)."""
@@ -282,7 +289,9 @@ class PipelineRunner:
 
     # --- the pipeline call ---------------------------------------------------------------
 
-    def compute(self, snapshot: ClusterSnapshot, memory: PipelineMemory | None, now_ms: int) -> CycleResult:
+    def compute(
+        self, snapshot: ClusterSnapshot, memory: PipelineMemory | None, now_ms: int, **options: Any
+    ) -> CycleResult:
         """Run the pipeline on ``snapshot`` within the deadline (see the module doc).
 
         Raises :class:`PipelineUnavailableError` (no session now), :class:`PipelineTimeoutError`, or
@@ -306,7 +315,7 @@ class PipelineRunner:
                 with contextlib.suppress(Exception):  # old servers: no interruption by tag
                     spark.addTag(tag)
                     tagged = True
-                box["result"] = compute(spark, snapshot, self.settings, memory, now_ms)
+                box["result"] = compute(spark, snapshot, self.settings, memory, now_ms, **options)
             except BaseException as e:
                 box["error"] = e
             finally:

@@ -33,14 +33,20 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
+from exporter.groups_config import GroupsConfig
 from exporter.kafka.admin import ClusterAdmin, ClusterMetadata
 from exporter.kafka.errors import DEADLINE_EXCEEDED, KafkaUnavailable
+from exporter.kafka.groups import (
+    collect_consumable_checks,
+    collect_group_offsets,
+    consumable_gaps,
+)
 from exporter.kafka.results import Collected, Gather, guarded
 from exporter.model import (
     OPEN_COORDINATOR_STATES,
@@ -48,6 +54,8 @@ from exporter.model import (
     BrokerConfig,
     ClusterSnapshot,
     CollectionError,
+    ConsumableCheck,
+    GroupOffset,
     ListedTransaction,
     PartitionOffsets,
     ProducerState,
@@ -158,9 +166,12 @@ class SnapshotCollector:
         admin: ClusterAdmin,
         topic_filter: Callable[[str], bool] | None = None,
         read_batch_timestamps: bool = True,
+        groups: GroupsConfig | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.cluster = cluster
+        #: The consumer-group family (None or disabled: no group request at all).
+        self._groups = groups if groups is not None and groups.enabled else None
         self.admin = admin
         self._topic_filter = topic_filter
         self._read_batch_timestamps = read_batch_timestamps
@@ -217,6 +228,11 @@ class SnapshotCollector:
         producers_pending = stages.start(
             "producers", "DescribeProducers", lambda by: self._producers(metadata, by)
         )
+        groups_pending = (
+            stages.start("groups", "OffsetFetch", lambda by: self._group_offsets(broker_ids, by))
+            if self._groups is not None
+            else None
+        )
         listed_pending = stages.start(
             "list_transactions",
             "ListTransactions",
@@ -261,9 +277,23 @@ class SnapshotCollector:
         offsets_done = self._offsets_or_leaders(metadata, offsets())
         configs_done = configs()
         visible = visibility()
+        group_offsets: Collected[GroupOffset] = Collected(())
+        checks: Collected[ConsumableCheck] = Collected(())
+        if groups_pending is not None and self._groups is not None:
+            group_offsets = groups_pending()
+            gaps = consumable_gaps(
+                group_offsets.rows, offsets_done.rows, self._groups.consumable_check_max_offsets
+            )
+            if gaps:
+                checks = stages.start(
+                    "consumable_checks",
+                    "Fetch",
+                    lambda by: self._consumable_checks(gaps, metadata.leaders, by),
+                )()
 
         errors: list[CollectionError] = []
-        for part in (configs_done, offsets_done, visible, producers, listed, described, reread, timestamps):
+        for part in (configs_done, offsets_done, visible, producers, listed, described, reread,
+                     timestamps, group_offsets, checks):
             errors.extend(part.errors)
         cut = sorted({e.api for e in errors if e.error == DEADLINE_EXCEEDED})
         if cut:
@@ -287,11 +317,38 @@ class SnapshotCollector:
             transactional_ids_visible=visible.rows[0] if visible.rows else None,
             reread_producers=reread.rows,
             reread_partitions=reread_ok,
+            group_offsets=group_offsets.rows,
+            consumable_checks=checks.rows,
             coordinators_listed=listed_ok,
             stage_seconds=tuple(sorted(stages.seconds.items())),
         )
 
     # -- stages ----------------------------------------------------------------------
+
+    def _group_offsets(self, broker_ids: list[int], by: float | None) -> Collected[GroupOffset]:
+        assert self._groups is not None
+        return collect_group_offsets(
+            self.admin._kafka_client(by),
+            broker_ids=broker_ids,
+            topic_filter=self._topic_filter or (lambda _: True),
+            group_filter=self._groups.group_matcher(),
+            request_timeout_ms=self._timeout_ms(by),
+        )
+
+    def _consumable_checks(
+        self, gaps: list[tuple[str, int, int, int]], leaders: Mapping[tuple[str, int], int],
+        by: float | None,
+    ) -> Collected[ConsumableCheck]:
+        return collect_consumable_checks(
+            self.admin._kafka_client(by), gaps, leaders, request_timeout_ms=self._timeout_ms(by)
+        )
+
+    def _timeout_ms(self, by: float | None) -> int:
+        """The request timeout, shortened to what is left of the stage's budget."""
+        timeout = self.admin.request_timeout_ms
+        if by is None:
+            return timeout
+        return max(100, min(timeout, int((by - time.monotonic()) * 1000)))
 
     def _offsets_or_leaders(
         self, metadata: ClusterMetadata, offsets: Collected[PartitionOffsets]

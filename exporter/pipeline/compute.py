@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
+from exporter.groups_config import BUILTIN_RULES, AttributionRule, GroupsConfig
 from exporter.model import (
     COORDINATOR_STATES,
     DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
@@ -59,6 +61,8 @@ from exporter.model import (
     UnknownReason,
     WatchedTransaction,
 )
+from exporter.pipeline.attribution import application_column
+from exporter.pipeline.groups import group_frames, group_input_frames, groups_result
 from exporter.pipeline.tables import (
     Tables,
     arrow_of,
@@ -122,6 +126,14 @@ class ComputeStats:
 
 
 @dataclass(frozen=True, slots=True)
+class _GroupRow:
+    """One output row of the consumer-group family (:meth:`GroupFrames.single`)."""
+
+    kind: str
+    row: str
+
+
+@dataclass(frozen=True, slots=True)
 class _CandidateRow:
     """A remembered candidate as a table: the finding's columns and its cycle count."""
 
@@ -151,8 +163,14 @@ def compute(
     now_ms: int,
     *,
     stats: ComputeStats | None = None,
+    groups: GroupsConfig | None = None,
+    rules: Sequence[AttributionRule] = BUILTIN_RULES,
 ) -> CycleResult:
     """Classify the cycle's open transactions and compute every metric table.
+
+    ``groups``: the cluster's consumer-group family (blast radius), computed in the same
+    action when enabled and the snapshot has group offsets; ``rules``: the transactional id
+    -> application attribution.
 
     ``memory`` is what the previous cycle of this cluster returned (``result.memory``), or
     None on the first cycle. Never raises because of what the snapshot lacks: a table whose
@@ -165,7 +183,7 @@ def compute(
 
     classified: DataFrame | None = None
     if any(p.current_txn_start_offset >= 0 for p in snapshot.producers) or mem.candidates:
-        classified = _classified(spark, t, snapshot, settings, mem, now_ms)
+        classified = _classified(spark, t, snapshot, settings, mem, now_ms, rules)
         out["findings"] = (Finding, _findings(classified, settings.max_findings))
         out["class_counts"] = (ClassCount, classified.groupBy("txn_class").count())
         out["unknown_counts"] = (
@@ -196,6 +214,13 @@ def compute(
             CoordinatorTimeoutAbort,
             _timeout_abort_frame(spark, t, mem, _transaction_version(snapshot), now_ms),
         )
+
+    if groups is not None and groups.enabled and snapshot.group_offsets:
+        inputs = group_input_frames(spark, snapshot.group_offsets, snapshot.consumable_checks,
+                                    mem.groups)
+        txns = classified if classified is not None else frame_of(spark, Finding, [])
+        family = group_frames(inputs, t["partitions"], txns, groups, now_ms, rules)
+        out["groups"] = (_GroupRow, family.single())
 
     rows = _collect(st, out)
     result = _assemble(snapshot, settings, mem, rows, now_ms)
@@ -291,7 +316,11 @@ def _assemble(
             key=lambda a: a.transactional_id,
         )
     )
+    group_family = (
+        groups_result((r["kind"], r["row"]) for r in rows["groups"]) if "groups" in rows else None
+    )
     memory = PipelineMemory(
+        groups=group_family.carry if group_family is not None else mem.groups,
         candidates=tuple(
             sorted(
                 (
@@ -322,6 +351,7 @@ def _assemble(
         timeout_aborts=aborts,
         transactional_ids_visible=snapshot.transactional_ids_visible,
         transaction_version=_transaction_version(snapshot),
+        groups=group_family,
         memory=memory,
     )
 
@@ -347,6 +377,7 @@ def _classified(
     settings: PipelineSettings,
     mem: PipelineMemory,
     now_ms: int,
+    rules: Sequence[AttributionRule],
 ) -> DataFrame:
     """One row per open partition-level transaction (and per remembered candidate whose
     partition could not be read), with every :class:`Finding` column.
@@ -422,7 +453,7 @@ def _classified(
     best = joined.select(
         "*", match.alias("match"), F.row_number().over(best_first).alias("_n")
     ).where(c("_n") == 1)
-    current = best.select(*_classified_columns(snapshot, settings, now_ms)).where(
+    current = best.select(*_classified_columns(snapshot, settings, now_ms, rules)).where(
         ~c("closed_meanwhile")
     ).drop("closed_meanwhile")
     if not mem.candidates:
@@ -475,7 +506,8 @@ def _severity(txn_class: Column) -> Column:
 
 
 def _classified_columns(
-    snapshot: ClusterSnapshot, settings: PipelineSettings, now_ms: int
+    snapshot: ClusterSnapshot, settings: PipelineSettings, now_ms: int,
+    rules: Sequence[AttributionRule],
 ) -> list[Column]:
     """The classification, as one projection (see docs/metrics.md for each rule)."""
     c = F.col
@@ -542,6 +574,7 @@ def _classified_columns(
         .otherwise(TxnClass.ONGOING.value)
     )
     described_ok = c("described").isNotNull() & c("txn_error").isNull()
+    transactional_id = F.coalesce(c("transactional_id"), c("prev_transactional_id"))
     return [
         c("topic"),
         c("partition"),
@@ -558,7 +591,7 @@ def _classified_columns(
         late.alias("late"),
         F.when(kept, c("prev_hanging_reason")).otherwise(reason).alias("hanging_reason"),
         F.when(cycles.isNull(), missing_evidence).alias("unknown_reason"),
-        F.coalesce(c("transactional_id"), c("prev_transactional_id")).alias("transactional_id"),
+        transactional_id.alias("transactional_id"),
         F.when(kept, c("prev_coordinator_id"))
         .when(c("described").isNotNull(), c("txn_coordinator_id"))
         .otherwise(-1)
@@ -567,7 +600,7 @@ def _classified_columns(
         .when(described_ok, c("txn_state"))
         .alias("coordinator_state"),
         F.when(described_ok, c("txn_timeout_ms")).otherwise(-1).alias("transaction_timeout_ms"),
-        F.lit(None).cast("string").alias("application"),
+        application_column(transactional_id, rules).alias("application"),
         cycles.alias("candidate_cycles"),
         _severity(txn_class).alias("severity"),
         # A candidate whose partition, read again after the coordinators, no longer shows it:

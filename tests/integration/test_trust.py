@@ -40,7 +40,7 @@ def trust_config(bootstrap: str, topic: str, *, confirm_cycles: int = 2) -> Conf
         "web": {"listen_address": "127.0.0.1:0"},
         "pipeline": {"hanging_confirm_cycles": confirm_cycles},
         "clusters": [{"name": "test", "bootstrap_servers": bootstrap, "interval": "2s",
-                      "request_timeout": "2s", "topics": {"allow": [topic]}}],
+                      "request_timeout": "1500ms", "topics": {"allow": [topic]}}],
     }, env={})
 
 
