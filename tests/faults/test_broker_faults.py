@@ -37,8 +37,6 @@ RECOVERY_CYCLES = 2
 # -- 1. broker killed during a cycle ---------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="needs confirmation that survives missing evidence "
-                   "(issue 10 item 3): a failed cycle drops the confirmed finding")  # fmt: skip
 def test_broker_killed_during_a_cycle_keeps_the_finding_and_recovers(
     kafka_faults: KafkaCluster, topic: str, fault_daemon: DaemonFactory
 ) -> None:

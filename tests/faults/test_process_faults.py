@@ -172,8 +172,6 @@ def _metrics(port: int) -> str:
     return http_get(f"http://127.0.0.1:{port}/metrics", timeout_s=30)[1]
 
 
-@pytest.mark.xfail(strict=True, reason="needs SIGHUP config reload (issue 13): SIGHUP kills "
-                   "the daemon today (exit 129)")  # fmt: skip
 def test_sighup_keeps_the_daemon_serving_and_sigterm_mid_cycle_exits_cleanly(
     kafka: KafkaCluster, tmp_path: Path
 ) -> None:
