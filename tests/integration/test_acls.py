@@ -107,7 +107,7 @@ def exporter_config(cluster: KafkaCluster, topic: str) -> Config:
         "web": {"listen_address": "127.0.0.1:0"},
         "clusters": [{
             "name": "acl", "bootstrap_servers": cluster.bootstrap_for(SASL_LISTENER),
-            "interval": "5s", "request_timeout": "5s", "topics": {"allow": [topic]},
+            "interval": "10s", "request_timeout": "3s", "topics": {"allow": [topic]},
             "kafka": {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
                       "sasl.username": acls.EXPORTER_USER,
                       "sasl.password": f"${{{PASSWORD_ENV}}}"},
@@ -165,7 +165,9 @@ def test_documented_acls_give_complete_error_free_cycles_and_a_working_abort(
     acls.grant(kafka_acl, acls.exporter_acls(EXPORTER, [acl_topic]))
     stuck = create_hanging_transaction(kafka_acl, acl_topic, partition=1)
     daemon = daemon_for(acl_topic)
-    with OpenTransaction(kafka_acl.bootstrap_servers, acl_topic, partition=0) as legit:
+    with OpenTransaction(
+        kafka_acl.bootstrap_servers, acl_topic, partition=0, transaction_timeout_ms=900_000
+    ) as legit:
         legit.begin()
         registries = [cycle(daemon) for _ in range(CYCLES)]
         last = registries[-1]
@@ -219,7 +221,9 @@ def test_each_missing_acl_is_named_or_a_blind_spot_never_a_false_finding(
     assert len(removed) == 1
     acls.grant(kafka_acl, [a for a in table if a not in removed])
     daemon = daemon_for(acl_topic)
-    with OpenTransaction(kafka_acl.bootstrap_servers, acl_topic, partition=2) as legit:
+    with OpenTransaction(
+        kafka_acl.bootstrap_servers, acl_topic, partition=2, transaction_timeout_ms=900_000
+    ) as legit:
         legit.begin()
         per_cycle = []
         for _ in range(CYCLES):
@@ -240,6 +244,8 @@ def test_each_missing_acl_is_named_or_a_blind_spot_never_a_false_finding(
 # -- least privilege: the owner is invisible --------------------------------------------------
 
 
+@pytest.mark.xfail(strict=True, reason="needs the blind-spot rule (issue 10): an open "
+                   "transaction whose owner may be invisible is suspected_hanging today")  # fmt: skip
 @pytest.mark.usefixtures("clean_acls")
 def test_invisible_owner_is_unknown_never_hanging_and_abort_refuses(
     kafka_acl: KafkaCluster,
