@@ -154,6 +154,11 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 # -- the full table -------------------------------------------------------------------------
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="needs kafka_txn_exporter_transactional_ids_visible (issue 10); on 2026-11-23 the "
+    "cycles also ended with up=0 and no request error",
+)
 @pytest.mark.usefixtures("clean_acls")
 def test_documented_acls_give_complete_error_free_cycles_and_a_working_abort(
     kafka_acl: KafkaCluster,
@@ -204,10 +209,27 @@ def _row_id(acl: acls.Acl) -> str:
 
 
 ROWS = acls.exporter_acls(EXPORTER, ["<topic>"])
+#: Rows whose removal the product does not handle yet (observed on 2026-11-23, Kafka 4.4).
+NEEDS = {
+    "describe-transactional_id-*": "needs the blind-spot rule (issue 10): the legitimate open "
+    "transaction is suspected_hanging without Describe on TransactionalId *",
+    "describe-topic-__transaction_state": "needs a named error or the blind-spot signal when "
+    "__transaction_state is left out of the metadata (neither is exported today)",
+    "describe-topic-topic": "needs a named error when a monitored topic is left out of the "
+    "metadata (no request error is exported today)",
+}
+ROW_PARAMS = [
+    pytest.param(
+        row,
+        id=_row_id(row),
+        marks=[pytest.mark.xfail(strict=True, reason=NEEDS[_row_id(row)])] if _row_id(row) in NEEDS else [],
+    )
+    for row in ROWS
+]
 
 
 @pytest.mark.usefixtures("clean_acls")
-@pytest.mark.parametrize("missing", ROWS, ids=[_row_id(r) for r in ROWS])
+@pytest.mark.parametrize("missing", ROW_PARAMS)
 def test_each_missing_acl_is_named_or_a_blind_spot_never_a_false_finding(
     kafka_acl: KafkaCluster, acl_topic: str, daemon_for: DaemonFactory, missing: acls.Acl
 ) -> None:
