@@ -80,6 +80,7 @@ def move_transaction_state_leader(
     Returns the partition moved. Needs a replica on ``to_broker`` (3 nodes: every broker).
     """
     from kafka.admin import KafkaAdminClient
+    from kafka.structs import TopicPartition as KafkaTopicPartition
 
     cluster.ensure_transaction_state_topic()
     state_partition = transaction_state_partition(transactional_id,
@@ -93,7 +94,9 @@ def move_transaction_state_leader(
         kadmin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers.split(","),
                                   client_id="kte-testbed-faults")  # fmt: skip
         try:
-            kadmin.alter_partition_reassignments({(TRANSACTION_STATE_TOPIC, state_partition): reordered})
+            kadmin.alter_partition_reassignments(
+                {KafkaTopicPartition(TRANSACTION_STATE_TOPIC, state_partition): reordered}
+            )
         finally:
             kadmin.close()
         _wait(
