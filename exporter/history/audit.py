@@ -171,7 +171,7 @@ def record_action(action: str, target: Target, plan: Mapping[str, Any]) -> dict[
 def _log_line(entry: Mapping[str, Any]) -> None:
     """One JSON line on stderr (the operator commands' channel for notes; stdout carries the
     command's own output, which scripts parse)."""
-    print(json.dumps(entry, sort_keys=True, default=str), file=sys.stderr, flush=True)
+    print(json.dumps(entry, default=str), file=sys.stderr, flush=True)  # "audit" first
 
 
 def action_row(entry: Mapping[str, Any]) -> Row:

@@ -27,6 +27,9 @@ INCIDENT_CLASSES = ("late", "suspected_hanging", "hanging", "unknown", "two_phas
 #: Classes counted as "hanging time" for the applications ranking (late is counted apart).
 HANGING_CLASSES = ("hanging", "suspected_hanging")
 WORST_TOPICS = 5
+#: The cluster name of a command run with --bootstrap-server (no name known): its actions
+#: match any cluster's incidents by their target.
+UNNAMED_CLUSTER = "cli"
 IDENTITY = ("cluster", "topic", "partition", "producer_id", "start_offset")
 
 
@@ -52,7 +55,8 @@ def build_report(
             & F.col(time_col).between(from_ms, to_ms)
         )
         if cluster is not None:
-            cond = cond & (F.col("cluster") == cluster)
+            names = [cluster, UNNAMED_CLUSTER] if name == "actions" else [cluster]
+            cond = cond & F.col("cluster").isin(*names)
         return dataset.where(cond)
 
     report: dict[str, Any] = {
@@ -252,7 +256,7 @@ def _incidents(
 
 
 def _targets(action: Mapping[str, Any], incident: Mapping[str, Any]) -> bool:
-    if action["cluster"] != incident["cluster"]:
+    if action["cluster"] not in (incident["cluster"], UNNAMED_CLUSTER):
         return False
     if action["action"] == "abort":
         return bool(

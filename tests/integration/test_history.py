@@ -155,10 +155,10 @@ def test_daemon_history_then_report_tells_what_happened(
                 )
                 == 0
             )
-            audit_line = next(
-                line for line in capsys.readouterr().err.splitlines() if line.startswith('{"audit"')
-            )
-            assert json.loads(audit_line)["history"] == "written"
+            err = capsys.readouterr().err
+            audit_lines = [line for line in err.splitlines() if line.startswith('{"audit"')]
+            assert len(audit_lines) == 1, err
+            assert json.loads(audit_lines[0])["history"] == "written"
             cycle()
             cycle()
             legit.commit()

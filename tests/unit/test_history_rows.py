@@ -246,3 +246,13 @@ def test_every_dataset_is_documented_column_by_column() -> None:
         assert f"### `{dataset.name}`" in doc, dataset.name
         for column in dataset.columns:
             assert f"| `{column.name}` | {column.kind} | {column.unit} |" in doc, (dataset.name, column.name)
+
+
+def test_the_audit_log_line_is_one_json_line_beginning_with_its_action(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from exporter.history.audit import _log_line
+
+    _log_line(audit_entry("abort", ABORT_PLAN, cluster="prod", properties={}, now_ms=T0))
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith('{"audit": "abort"') and json.loads(line)["lso_after"] == 19
