@@ -43,7 +43,7 @@ from testbed.scenarios import OpenTransaction, produce_plain, run_transaction
 from tests.fixtures_kafka import HangingFactory
 from tests.integration.spark_connect_cycles import CYCLES, comparable, run_cycles
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
 
 REPO = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
