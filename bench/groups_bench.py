@@ -95,7 +95,9 @@ def main() -> int:
             f"{time.perf_counter() - started:.1f} s"
         )
         with (
-            OpenTransaction(cluster.bootstrap_servers, topic, partition=0) as txn,
+            OpenTransaction(
+                cluster.bootstrap_servers, topic, partition=0, transaction_timeout_ms=900_000
+            ) as txn,
             ClusterAdmin(bootstrap_servers=cluster.bootstrap_servers) as admin,
         ):
             txn.begin(records=1)
