@@ -112,30 +112,42 @@ class Traffic:
         self.open_transactions.clear()
 
     def describe(self) -> str:
-        return (f"{self.committed} committed + {self.aborted} aborted transactions, "
-                f"{len(self.open_transactions)} open, {len(self.hanging)} hanging")
+        return (
+            f"{self.committed} committed + {self.aborted} aborted transactions, "
+            f"{len(self.open_transactions)} open, {len(self.hanging)} hanging"
+        )
 
 
-def make_traffic(cluster: KafkaCluster, topic: str, *, committed: int = 8, aborted: int = 2,
-                 open_count: int = 3, open_timeout_ms: int = 600_000) -> Traffic:
+def make_traffic(
+    cluster: KafkaCluster,
+    topic: str,
+    *,
+    committed: int = 8,
+    aborted: int = 2,
+    open_count: int = 3,
+    open_timeout_ms: int = 600_000,
+) -> Traffic:
     """A realistic share of transactional state on ``topic`` (needs >= 20 partitions)."""
     bootstrap = cluster.bootstrap_servers
     traffic = Traffic()
     partition = 0
     for i in range(committed + aborted):
-        scenarios.run_transaction(bootstrap, topic, partition=partition, records=3,
-                                  commit=i < committed)
+        scenarios.run_transaction(bootstrap, topic, partition=partition, records=3, commit=i < committed)
         partition += 1
     traffic.committed, traffic.aborted = committed, aborted
     for _ in range(open_count):
-        txn = scenarios.OpenTransaction(bootstrap, topic, partition=partition,
-                                        transaction_timeout_ms=open_timeout_ms)
+        txn = scenarios.OpenTransaction(
+            bootstrap, topic, partition=partition, transaction_timeout_ms=open_timeout_ms
+        )
         traffic.open_transactions.append(txn.begin(records=2))
         # Plain records behind the open transaction: last-stable-offset lag.
         scenarios.produce_plain(bootstrap, topic, partition=partition, records=20)
         partition += 1
-    traffic.hanging.append(scenarios.create_hanging_transaction(
-        cluster, topic, partition=partition, backdate_ms=scenarios.DEFAULT_LATE_BACKDATE_MS))
+    traffic.hanging.append(
+        scenarios.create_hanging_transaction(
+            cluster, topic, partition=partition, backdate_ms=scenarios.DEFAULT_LATE_BACKDATE_MS
+        )
+    )
     return traffic
 
 
@@ -250,8 +262,9 @@ class KafkaToolResult:
 
 def measure_ours(bootstrap: str, repeats: int, unprimed: bool = False) -> OursResult:
     stats = LibrdkafkaStats()
-    admin = ClusterAdmin(bootstrap_servers=bootstrap, properties=stats.properties(),
-                         request_timeout_ms=10_000)
+    admin = ClusterAdmin(
+        bootstrap_servers=bootstrap, properties=stats.properties(), request_timeout_ms=10_000
+    )
     collector = SnapshotCollector(cluster="bench", admin=admin)
     try:
         if not unprimed:
@@ -275,11 +288,14 @@ def measure_ours(bootstrap: str, repeats: int, unprimed: bool = False) -> OursRe
             for name, seconds in snapshot.stage_seconds:
                 stages.setdefault(name, []).append(seconds)
         return OursResult(
-            cold_s=cold, warm_s=statistics.median(warm),
+            cold_s=cold,
+            warm_s=statistics.median(warm),
             stages={k: statistics.median(v) for k, v in stages.items()},
-            requests=median_counts(requests), partitions=len(snapshot.partitions),
+            requests=median_counts(requests),
+            partitions=len(snapshot.partitions),
             open_producers=open_producers(snapshot),
-            errors=Counter(f"{e.api}:{e.error}" for e in snapshot.errors))
+            errors=Counter(f"{e.api}:{e.error}" for e in snapshot.errors),
+        )
     finally:
         collector.close()
         gc.collect()  # destroy the librdkafka handle now, not while the brokers stop
@@ -300,8 +316,7 @@ def naive_once(client: Any) -> tuple[float, float, int]:
 
     started = time.monotonic()
     topics = client.describe_topics()
-    partitions = [TopicPartition(t["name"], p["partition_index"])
-                  for t in topics for p in t["partitions"]]
+    partitions = [TopicPartition(t["name"], p["partition_index"]) for t in topics for p in t["partitions"]]
     producers_started = time.monotonic()
     producers = client.describe_producers(partitions)
     producers_s = time.monotonic() - producers_started
@@ -310,8 +325,12 @@ def naive_once(client: Any) -> tuple[float, float, int]:
     if ids:
         client.describe_transactions(ids)
     total = time.monotonic() - started
-    n_open = sum(1 for state in producers.values() for p in state.active_producers
-                 if p.current_transaction_start_offset >= 0)
+    n_open = sum(
+        1
+        for state in producers.values()
+        for p in state.active_producers
+        if p.current_transaction_start_offset >= 0
+    )
     return total, producers_s, n_open
 
 
@@ -361,9 +380,13 @@ def measure_naive(bootstrap: str, repeats: int) -> NaiveResult:
             requests.append(diff(wire.snapshot(), before))
             totals.append(total)
             producers.append(producers_s)
-        return NaiveResult(cold_s=cold, warm_s=statistics.median(totals),
-                           producers_s=statistics.median(producers),
-                           requests=median_counts(requests), open_producers=n_open)
+        return NaiveResult(
+            cold_s=cold,
+            warm_s=statistics.median(totals),
+            producers_s=statistics.median(producers),
+            requests=median_counts(requests),
+            open_producers=n_open,
+        )
     finally:
         client.close()
 
@@ -378,10 +401,13 @@ def measure_kafka_tool(cluster: KafkaCluster) -> KafkaToolResult:
     # transaction once.
     hanging: set[tuple[str, int, int]] = set()
     for broker_id in sorted(cluster.nodes):
-        hanging.update((h.topic, h.partition, h.producer_id)
-                       for h in tools.find_hanging(broker_id=broker_id))
-    return KafkaToolResult(find_hanging_s=time.monotonic() - started, runs=len(cluster.nodes),
-                           hanging=len(hanging), list_s=list_s)
+        hanging.update((h.topic, h.partition, h.producer_id) for h in tools.find_hanging(broker_id=broker_id))
+    return KafkaToolResult(
+        find_hanging_s=time.monotonic() - started,
+        runs=len(cluster.nodes),
+        hanging=len(hanging),
+        list_s=list_s,
+    )
 
 
 # -- driver ------------------------------------------------------------------------------------
@@ -396,13 +422,11 @@ class Row:
     tool: KafkaToolResult
 
 
-def bench_cluster(brokers: int, sizes: Sequence[int], repeats: int,
-                  with_tool: bool) -> Iterator[Row]:
+def bench_cluster(brokers: int, sizes: Sequence[int], repeats: int, with_tool: bool) -> Iterator[Row]:
     progress(f"starting a {brokers}-node cluster")
     started = time.monotonic()
     with KafkaCluster(brokers=brokers) as cluster:
-        progress(f"{brokers} node(s) up in {time.monotonic() - started:.1f} s "
-                 f"({cluster.bootstrap_servers})")
+        progress(f"{brokers} node(s) up in {time.monotonic() - started:.1f} s ({cluster.bootstrap_servers})")
         first = min(sizes)
         topics: list[tuple[str, int]] = []
         cluster.create_topic(TRAFFIC_TOPIC, partitions=first, timeout_s=120)
@@ -415,63 +439,99 @@ def bench_cluster(brokers: int, sizes: Sequence[int], repeats: int,
                 grow_to(cluster, size, topics)
                 partial, settle_s, first_error = settle(cluster.bootstrap_servers)
                 if partial:
-                    progress(f"{partial} partial cycle(s) before the cluster settled "
-                             f"({settle_s:.1f} s; first: {first_error})")
+                    progress(
+                        f"{partial} partial cycle(s) before the cluster settled "
+                        f"({settle_s:.1f} s; first: {first_error})"
+                    )
                 ours = measure_ours(cluster.bootstrap_servers, repeats)
                 naive = measure_naive(cluster.bootstrap_servers, repeats)
-                tool = (measure_kafka_tool(cluster) if with_tool
-                        else KafkaToolResult(float("nan"), 0, 0, float("nan")))
-                progress(f"{brokers} broker(s), {size} partitions: ours {ours.warm_s:.3f} s, "
-                         f"naive {naive.warm_s:.3f} s, find-hanging {tool.find_hanging_s:.1f} s")
+                tool = (
+                    measure_kafka_tool(cluster)
+                    if with_tool
+                    else KafkaToolResult(float("nan"), 0, 0, float("nan"))
+                )
+                progress(
+                    f"{brokers} broker(s), {size} partitions: ours {ours.warm_s:.3f} s, "
+                    f"naive {naive.warm_s:.3f} s, find-hanging {tool.find_hanging_s:.1f} s"
+                )
                 yield Row(brokers, size, ours, naive, tool)
         finally:
             traffic.close()
 
 
-STAGE_ORDER = ("metadata", "producers", "list_transactions", "configs", "offsets",
-               "describe_transactions", "batch_timestamps")
+STAGE_ORDER = (
+    "metadata",
+    "producers",
+    "list_transactions",
+    "configs",
+    "offsets",
+    "describe_transactions",
+    "batch_timestamps",
+)
 
 
 def print_report(rows: Sequence[Row], repeats: int) -> None:
     print()
-    print(f"== Collection: ours vs naive vs Kafka's find-hanging "
-          f"(warm = median of {repeats} cycles; loopback brokers from the test bed) ==")
-    header = (f"{'brokers':>7} {'partitions':>10} | {'ours s':>7} {'ours cold':>9} {'ours req':>8} "
-              f"| {'naive s':>7} {'naive cold':>10} {'naive req':>9} {'dp s':>6} "
-              f"| {'find-hanging s':>14} {'(JVMs)':>6} {'kafka list s':>12}")
+    print(
+        f"== Collection: ours vs naive vs Kafka's find-hanging "
+        f"(warm = median of {repeats} cycles; loopback brokers from the test bed) =="
+    )
+    header = (
+        f"{'brokers':>7} {'partitions':>10} | {'ours s':>7} {'ours cold':>9} {'ours req':>8} "
+        f"| {'naive s':>7} {'naive cold':>10} {'naive req':>9} {'dp s':>6} "
+        f"| {'find-hanging s':>14} {'(JVMs)':>6} {'kafka list s':>12}"
+    )
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(f"{r.brokers:>7} {r.partitions:>10} | {r.ours.warm_s:>7.3f} {r.ours.cold_s:>9.3f} "
-              f"{sum(r.ours.requests.values()):>8} | {r.naive.warm_s:>7.3f} {r.naive.cold_s:>10.3f} "
-              f"{sum(r.naive.requests.values()):>9} {r.naive.producers_s:>6.3f} "
-              f"| {r.tool.find_hanging_s:>14.2f} {r.tool.runs:>6} {r.tool.list_s:>12.2f}")
+        print(
+            f"{r.brokers:>7} {r.partitions:>10} | {r.ours.warm_s:>7.3f} {r.ours.cold_s:>9.3f} "
+            f"{sum(r.ours.requests.values()):>8} | {r.naive.warm_s:>7.3f} {r.naive.cold_s:>10.3f} "
+            f"{sum(r.naive.requests.values()):>9} {r.naive.producers_s:>6.3f} "
+            f"| {r.tool.find_hanging_s:>14.2f} {r.tool.runs:>6} {r.tool.list_s:>12.2f}"
+        )
     print()
-    print("ours: per-stage seconds (median of the warm cycles; configs+offsets overlap "
-          "producers+list_transactions)")
+    print(
+        "ours: per-stage seconds (median of the warm cycles; configs+offsets overlap "
+        "producers+list_transactions)"
+    )
     print(f"{'brokers':>7} {'partitions':>10} | " + " ".join(f"{s:>12.12}" for s in STAGE_ORDER))
     for r in rows:
-        print(f"{r.brokers:>7} {r.partitions:>10} | "
-              + " ".join(f"{r.ours.stages.get(s, float('nan')):>12.4f}" for s in STAGE_ORDER))
+        print(
+            f"{r.brokers:>7} {r.partitions:>10} | "
+            + " ".join(f"{r.ours.stages.get(s, float('nan')):>12.4f}" for s in STAGE_ORDER)
+        )
     print()
     print("requests per warm cycle, by API (counted on the wire)")
     for r in rows:
-        print(f"  {r.brokers} broker(s), {r.partitions:>5} partitions  ours : "
-              f"{format_requests(r.ours.requests)}")
-        print(f"  {r.brokers} broker(s), {r.partitions:>5} partitions  naive: "
-              f"{format_requests(r.naive.requests)}")
+        print(
+            f"  {r.brokers} broker(s), {r.partitions:>5} partitions  ours : "
+            f"{format_requests(r.ours.requests)}"
+        )
+        print(
+            f"  {r.brokers} broker(s), {r.partitions:>5} partitions  naive: "
+            f"{format_requests(r.naive.requests)}"
+        )
     print()
-    print("seen: open producer states (ours / naive), hanging reported by Kafka's find-hanging, "
-          "collection errors in ours' last warm cycle")
+    print(
+        "seen: open producer states (ours / naive), hanging reported by Kafka's find-hanging, "
+        "collection errors in ours' last warm cycle"
+    )
     for r in rows:
-        print(f"  {r.brokers} broker(s), {r.partitions:>5} partitions: open {r.ours.open_producers} / "
-              f"{r.naive.open_producers}, find-hanging {r.tool.hanging}, errors "
-              f"{format_requests(r.ours.errors) or 'none'}")
+        print(
+            f"  {r.brokers} broker(s), {r.partitions:>5} partitions: open {r.ours.open_producers} / "
+            f"{r.naive.open_producers}, find-hanging {r.tool.hanging}, errors "
+            f"{format_requests(r.ours.errors) or 'none'}"
+        )
     print()
-    print("ours s / naive s: one full cycle, warm clients. ours also reads offsets (HWM+LSO of every "
-          "partition) and broker configs; naive does not. dp s = naive describe_producers alone.")
-    print("find-hanging s: kafka-transactions.sh find-hanging --broker-id B for each broker, "
-          "one JVM start per run INCLUDED; kafka list s = one JVM running 'list' (JVM-start baseline).")
+    print(
+        "ours s / naive s: one full cycle, warm clients. ours also reads offsets (HWM+LSO of every "
+        "partition) and broker configs; naive does not. dp s = naive describe_producers alone."
+    )
+    print(
+        "find-hanging s: kafka-transactions.sh find-hanging --broker-id B for each broker, "
+        "one JVM start per run INCLUDED; kafka list s = one JVM running 'list' (JVM-start baseline)."
+    )
 
 
 def parse_sizes(text: str) -> tuple[int, ...]:
@@ -480,18 +540,27 @@ def parse_sizes(text: str) -> tuple[int, ...]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--sizes", type=parse_sizes, default=DEFAULT_SIZES,
-                        help="partition counts, single node (default 100,1000,3000)")
-    parser.add_argument("--cluster3-sizes", type=parse_sizes, default=DEFAULT_CLUSTER3_SIZES,
-                        help="partition counts on the 3-node cluster (default 100,1000)")
+    parser.add_argument(
+        "--sizes",
+        type=parse_sizes,
+        default=DEFAULT_SIZES,
+        help="partition counts, single node (default 100,1000,3000)",
+    )
+    parser.add_argument(
+        "--cluster3-sizes",
+        type=parse_sizes,
+        default=DEFAULT_CLUSTER3_SIZES,
+        help="partition counts on the 3-node cluster (default 100,1000)",
+    )
     parser.add_argument("--no-cluster3", action="store_true", help="skip the 3-node cluster")
     parser.add_argument("--repeats", type=int, default=5, help="warm cycles per size (median)")
     parser.add_argument("--no-kafka-tool", action="store_true", help="skip find-hanging (JVM)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-ups: stop brokers
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid>: every thread's stack to stderr
-    logging.basicConfig(level=logging.WARNING,
-                        format="%(asctime)s %(threadName)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(threadName)s %(levelname)s %(name)s: %(message)s"
+    )
     # kafka-python logs every refused reconnect of its IO thread while the brokers stop.
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     if min(args.sizes) < 20:

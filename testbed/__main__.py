@@ -1,7 +1,7 @@
 """``python -m testbed fetch|up``: fetch the Kafka jars, or run a local cluster.
 
-    python -m testbed fetch --kafka-version 4.4.0
-    python -m testbed up --brokers 3
+python -m testbed fetch --kafka-version 4.4.0
+python -m testbed up --brokers 3
 """
 
 from __future__ import annotations

@@ -36,8 +36,14 @@ def _traffic(bootstrap: str, stop: threading.Event) -> None:
     while not stop.wait(2.0):
         n += 1
         try:
-            run_transaction(bootstrap, "orders", partition=n % 3, records=5, commit=n % 4 != 0,
-                            transactional_id=f"demo-orders-{n % 3}")
+            run_transaction(
+                bootstrap,
+                "orders",
+                partition=n % 3,
+                records=5,
+                commit=n % 4 != 0,
+                transactional_id=f"demo-orders-{n % 3}",
+            )
             produce_plain(bootstrap, "payments", partition=0, records=3)
         except Exception as e:  # the demo keeps going; the exporter will show what broke
             log.warning("demo traffic: %s", e)
@@ -64,16 +70,20 @@ def main(argv: list[str] | None = None) -> int:
         config = _config(args.listen, args.interval, bootstrap)
         daemon = Daemon(config)
         traffic = threading.Thread(target=_traffic, args=(bootstrap, stop), daemon=True)
-        with OpenTransaction(bootstrap, "payments", partition=0,
-                             transaction_timeout_ms=600_000) as long_txn:
+        with OpenTransaction(bootstrap, "payments", partition=0, transaction_timeout_ms=600_000) as long_txn:
             long_txn.begin(records=2)
-            hanging = create_hanging_transaction(cluster, "orders", partition=1,
-                                                 backdate_ms=LATE_BACKDATE_MS)
+            hanging = create_hanging_transaction(cluster, "orders", partition=1, backdate_ms=LATE_BACKDATE_MS)
             try:
                 daemon.start()
                 traffic.start()
-                _explain(args.listen, bootstrap, hanging.topic, hanging.partition,
-                         hanging.producer_id, hanging.start_offset)
+                _explain(
+                    args.listen,
+                    bootstrap,
+                    hanging.topic,
+                    hanging.partition,
+                    hanging.producer_id,
+                    hanging.start_offset,
+                )
                 signals.wait()
             finally:
                 print("\nStopping the exporter, the traffic and the broker...", flush=True)
@@ -84,18 +94,28 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _config(listen: str, interval: str, bootstrap: str) -> Config:
-    return parse_config({
-        "web": {"listen_address": listen},
-        "clusters": [{"name": "demo", "bootstrap_servers": bootstrap, "interval": interval,
-                      "request_timeout": "900ms"}],
-    })
+    return parse_config(
+        {
+            "web": {"listen_address": listen},
+            "clusters": [
+                {
+                    "name": "demo",
+                    "bootstrap_servers": bootstrap,
+                    "interval": interval,
+                    "request_timeout": "900ms",
+                }
+            ],
+        }
+    )
 
 
-def _explain(listen: str, bootstrap: str, topic: str, partition: int, producer_id: int,
-             start_offset: int) -> None:
+def _explain(
+    listen: str, bootstrap: str, topic: str, partition: int, producer_id: int, start_offset: int
+) -> None:
     host, _, port = listen.rpartition(":")
     base = f"http://{host or '127.0.0.1'}:{port}"
-    print(f"""
+    print(
+        f"""
 kafka-txn-exporter demo is running.
   Kafka:    {bootstrap}
   Metrics:  {base}/metrics     (ready: {base}/readyz)
@@ -115,7 +135,9 @@ Try the operator commands in another shell:
       --topic {topic} --partition {partition} --start-offset {start_offset}
 
 Ctrl-C stops everything.
-""", flush=True)
+""",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -192,9 +192,7 @@ def _run_mvn(pom: Path, out_dir: Path) -> None:
     ]  # fmt: skip
     log.info("running %s", " ".join(cmd))
     try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=MVN_TIMEOUT_S, check=False
-        )
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MVN_TIMEOUT_S, check=False)
     except FileNotFoundError as exc:
         raise FetchError("mvn is not installed (Maven 3.8+ is needed)") from exc
     if proc.returncode != 0:

@@ -20,8 +20,12 @@ from exporter.pipeline.session import spark_session, stop
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     local_dir: Path = tmp_path_factory.mktemp("spark-local")
     session = spark_session(
-        SparkConfig(master="local[2]", app_name="kafka-txn-exporter-tests",
-                    local_dir=str(local_dir), driver_memory="512m")
+        SparkConfig(
+            master="local[2]",
+            app_name="kafka-txn-exporter-tests",
+            local_dir=str(local_dir),
+            driver_memory="512m",
+        )
     )
     try:
         yield session

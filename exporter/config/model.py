@@ -426,10 +426,12 @@ def _check_spark(r: Reader, values: dict[str, Any], where: Where) -> None:
     if m is not None:
         mb = int(m.group(1)) * {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1 << 20}[m.group(2)]
         if mb < SparkConfig.MIN_DRIVER_MEMORY_MB:
-            r.problem(where.key("driver_memory"),
-                      f"{memory!r} is below the minimum {SparkConfig.MIN_DRIVER_MEMORY_MB}m "
-                      "(Spark reserves 300 MiB of the driver heap and refuses to start below "
-                      "1.5 times that)")
+            r.problem(
+                where.key("driver_memory"),
+                f"{memory!r} is below the minimum {SparkConfig.MIN_DRIVER_MEMORY_MB}m "
+                "(Spark reserves 300 MiB of the driver heap and refuses to start below "
+                "1.5 times that)",
+            )
     port = values.get("connect_server_port")
     if isinstance(port, int) and port and not 1024 <= port <= 65535:
         r.problem(where.key("connect_server_port"), f"{port} is not a port in 1024-65535 (0: off)")
@@ -437,8 +439,10 @@ def _check_spark(r: Reader, values: dict[str, Any], where: Where) -> None:
     if url is None:
         return
     if isinstance(port, int) and port:
-        r.problem(where.key("connect_server_port"),
-                  "only for the embedded Spark; with connect_url the exporter starts no JVM")
+        r.problem(
+            where.key("connect_server_port"),
+            "only for the embedded Spark; with connect_url the exporter starts no JVM",
+        )
     path = where.key("connect_url")
     if not url.startswith("sc://") or len(url) <= len("sc://"):
         r.problem(path, f"{r.show(path, redact_connect_url(url))} must be a Spark Connect URL sc://HOST:PORT")
@@ -547,7 +551,7 @@ CLUSTER = Section(
         Key("topics", "topics", Nested(TOPICS)),
         Key("kafka", "kafka", KafkaProperties()),
         Key("kafka_files", "kafka_files", KafkaProperties(from_files=True)),
-        Key("groups", "groups", Parsed(parse_groups)),
+        Key("groups", "groups", Parsed(parse_groups, frozenset({"object", "boolean"}))),
     ),
     check=_check_cluster,
 )
@@ -576,8 +580,8 @@ CONFIG = Section(
         Key("pipeline", "pipeline", Nested(PIPELINE)),
         Key("cluster_label", "cluster_label", Text(check=_label_problem)),
         Key("allow_literal_secrets", "allow_literal_secrets", Flag()),
-        Key("history", "history", Parsed(_parse_history)),
-        Key("attribution", "attribution", Parsed(parse_attribution)),
+        Key("history", "history", Parsed(_parse_history, frozenset({"object"}))),
+        Key("attribution", "attribution", Parsed(parse_attribution, frozenset({"array"}))),
     ),
     check=_check_config,
 )

@@ -41,9 +41,14 @@ log = logging.getLogger(__name__)
 class Daemon:
     """Scheduler, jobs, Spark session and HTTP server of one exporter process."""
 
-    def __init__(self, config: Config, *, registry: CollectorRegistry | None = None,
-                 pipeline: PipelineRunner | None = None,
-                 listeners: Sequence[CycleListener] = ()) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        registry: CollectorRegistry | None = None,
+        pipeline: PipelineRunner | None = None,
+        listeners: Sequence[CycleListener] = (),
+    ) -> None:
         self.config = config
         # Counters' *_created series double the series count and no dashboard reads them.
         disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -56,8 +61,9 @@ class Daemon:
         names = [c.name for c in config.clusters]
         self.store = StateStore(names)
         self.metrics = ExporterMetrics(self.registry, names, config.cluster_label)
-        self._collector = TransactionHealthCollector(self.store, config.pipeline,
-                                                     cluster_label=config.cluster_label)
+        self._collector = TransactionHealthCollector(
+            self.store, config.pipeline, cluster_label=config.cluster_label
+        )
         self.registry.register(self._collector)
         self.pipeline = pipeline or PipelineRunner(config.spark, config.pipeline)
         self.history: Any = None
@@ -67,15 +73,18 @@ class Daemon:
             self.history = HistoryWriter(config.history, self.pipeline.current_session)
             listeners = (*listeners, self.history)
         self._listeners = tuple(listeners)
-        self.jobs = [ClusterJob.build(c, self.pipeline, self.store, self.metrics, self._listeners)
-                     for c in config.clusters]
+        self.jobs = [
+            ClusterJob.build(c, self.pipeline, self.store, self.metrics, self._listeners)
+            for c in config.clusters
+        ]
         for job in self.jobs:
             job.attribution = config.attribution
         self._scheduler: Any = None
         self._server: MetricsServer | None = None
         #: TLS and basic auth of the endpoints (web.config_file, checked at start-up).
-        self.web_settings = (load_web_config(config.web.config_file)
-                             if config.web.config_file else WebSettings())
+        self.web_settings = (
+            load_web_config(config.web.config_file) if config.web.config_file else WebSettings()
+        )
 
     @property
     def port(self) -> int:
@@ -106,8 +115,8 @@ class Daemon:
         from apscheduler.schedulers.background import BackgroundScheduler
 
         self._scheduler = BackgroundScheduler(
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
-            timezone="UTC")
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}, timezone="UTC"
+        )
         from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
 
         by_name = {job.cluster.name: job for job in self.jobs}
@@ -118,13 +127,20 @@ class Daemon:
 
         self._scheduler.add_listener(count_skipped, EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
         for job in self.jobs:
-            self._scheduler.add_job(job.run_cycle, "interval", id=job.cluster.name,
-                                    name=f"cycle {job.cluster.name}",
-                                    seconds=job.cluster.interval_ms / 1000,
-                                    next_run_time=_now_utc())
+            self._scheduler.add_job(
+                job.run_cycle,
+                "interval",
+                id=job.cluster.name,
+                name=f"cycle {job.cluster.name}",
+                seconds=job.cluster.interval_ms / 1000,
+                next_run_time=_now_utc(),
+            )
         self._scheduler.start()
-        log.info("exporter started for %d cluster(s), listening on %s",
-                 len(self.jobs), self.config.web.listen_address)
+        log.info(
+            "exporter started for %d cluster(s), listening on %s",
+            len(self.jobs),
+            self.config.web.listen_address,
+        )
 
     def _warm_pipeline(self) -> None:
         try:
@@ -140,10 +156,17 @@ class Daemon:
         """A server bound to ``web.listen_address`` (not yet serving); ListenError if not."""
         host, port = web.host_port
         try:
-            return MetricsServer(self.registry, host=host, port=port,
-                                 telemetry_path=web.telemetry_path, health=self.health,
-                                 ready=self.readiness, settings=self.web_settings,
-                                 read_timeout_s=web.read_timeout_ms / 1000, workers=web.workers)
+            return MetricsServer(
+                self.registry,
+                host=host,
+                port=port,
+                telemetry_path=web.telemetry_path,
+                health=self.health,
+                ready=self.readiness,
+                settings=self.web_settings,
+                read_timeout_s=web.read_timeout_ms / 1000,
+                workers=web.workers,
+            )
         except OSError as e:
             raise ListenError(e.errno, listen_error_text(web, e)) from None
 
@@ -183,8 +206,10 @@ class Daemon:
         if config.web.listen_address != old.web.listen_address and self._server is not None:
             server = self._bind(config.web)  # raises before anything changed
         if config.spark != old.spark:
-            log.warning("reload: the spark section changed; restart the exporter to apply it "
-                        "(keeping %s)", old.spark.redacted_connect_url or old.spark.master)
+            log.warning(
+                "reload: the spark section changed; restart the exporter to apply it (keeping %s)",
+                old.spark.redacted_connect_url or old.spark.master,
+            )
             config = replace(config, spark=old.spark)
         if self._scheduler is not None:
             for job in self.jobs:
@@ -201,29 +226,39 @@ class Daemon:
                 store.put(self.store.get(name))
         self.metrics.add_clusters(names)
         self.registry.unregister(self._collector)
-        self._collector = TransactionHealthCollector(store, config.pipeline,
-                                                     cluster_label=config.cluster_label)
+        self._collector = TransactionHealthCollector(
+            store, config.pipeline, cluster_label=config.cluster_label
+        )
         self.registry.register(self._collector)
         self.pipeline.settings = config.pipeline
         self.store, self.config = store, config
-        self.jobs = [ClusterJob.build(c, self.pipeline, store, self.metrics, self._listeners)
-                     for c in config.clusters]
+        self.jobs = [
+            ClusterJob.build(c, self.pipeline, store, self.metrics, self._listeners) for c in config.clusters
+        ]
         for job in self.jobs:  # a kept cluster keeps its confirmations and watched transactions
             job.attribution = config.attribution
             if job.cluster.name in kept:
                 job.memory = kept[job.cluster.name].memory
         if self._scheduler is not None:
             for job in self.jobs:
-                self._scheduler.add_job(job.run_cycle, "interval", id=job.cluster.name,
-                                        name=f"cycle {job.cluster.name}",
-                                        seconds=job.cluster.interval_ms / 1000,
-                                        next_run_time=_now_utc())
+                self._scheduler.add_job(
+                    job.run_cycle,
+                    "interval",
+                    id=job.cluster.name,
+                    name=f"cycle {job.cluster.name}",
+                    seconds=job.cluster.interval_ms / 1000,
+                    next_run_time=_now_utc(),
+                )
         if server is not None and self._server is not None:
             old_server, self._server = self._server, server
             server.start()
             old_server.stop()
-        log.info("configuration reloaded: %d cluster(s) (%s), listening on %s", len(self.jobs),
-                 ", ".join(names), config.web.listen_address)
+        log.info(
+            "configuration reloaded: %d cluster(s) (%s), listening on %s",
+            len(self.jobs),
+            ", ".join(names),
+            config.web.listen_address,
+        )
 
 
 def _now_utc() -> Any:

@@ -28,10 +28,16 @@ CycleListener = Callable[[ClusterSnapshot, CycleResult], None]
 class ClusterJob:
     """One cluster's cycle: collect, compute, publish. Never raises into the scheduler."""
 
-    def __init__(self, cluster: ClusterConfig, collector: SnapshotCollector,
-                 pipeline: PipelineRunner, store: StateStore, metrics: ExporterMetrics,
-                 clock: Callable[[], float] = time.time,
-                 listeners: Sequence[CycleListener] = ()) -> None:
+    def __init__(
+        self,
+        cluster: ClusterConfig,
+        collector: SnapshotCollector,
+        pipeline: PipelineRunner,
+        store: StateStore,
+        metrics: ExporterMetrics,
+        clock: Callable[[], float] = time.time,
+        listeners: Sequence[CycleListener] = (),
+    ) -> None:
         self.cluster = cluster
         self._listeners = tuple(listeners)
         self._collector = collector
@@ -49,15 +55,26 @@ class ClusterJob:
         self.attribution: tuple[AttributionRule, ...] = BUILTIN_RULES
 
     @classmethod
-    def build(cls, cluster: ClusterConfig, pipeline: PipelineRunner, store: StateStore,
-              metrics: ExporterMetrics, listeners: Sequence[CycleListener] = ()) -> ClusterJob:
-        admin = ClusterAdmin(bootstrap_servers=cluster.bootstrap_servers,
-                             properties=cluster.kafka,
-                             request_timeout_ms=cluster.request_timeout_ms)
-        collector = SnapshotCollector(cluster=cluster.name, admin=admin,
-                                      topic_filter=cluster.topics.matcher(),
-                                      read_batch_timestamps=cluster.read_batch_timestamps,
-                                      groups=cluster.groups)
+    def build(
+        cls,
+        cluster: ClusterConfig,
+        pipeline: PipelineRunner,
+        store: StateStore,
+        metrics: ExporterMetrics,
+        listeners: Sequence[CycleListener] = (),
+    ) -> ClusterJob:
+        admin = ClusterAdmin(
+            bootstrap_servers=cluster.bootstrap_servers,
+            properties=cluster.kafka,
+            request_timeout_ms=cluster.request_timeout_ms,
+        )
+        collector = SnapshotCollector(
+            cluster=cluster.name,
+            admin=admin,
+            topic_filter=cluster.topics.matcher(),
+            read_batch_timestamps=cluster.read_batch_timestamps,
+            groups=cluster.groups,
+        )
         return cls(cluster, collector, pipeline, store, metrics, listeners=listeners)
 
     @property
@@ -90,8 +107,7 @@ class ClusterJob:
 
     def skipped(self) -> None:
         """A scheduled run that did not start because the previous one was still running."""
-        log.warning("cycle for cluster %s skipped: the previous cycle is still running",
-                    self.cluster.name)
+        log.warning("cycle for cluster %s skipped: the previous cycle is still running", self.cluster.name)
         self._metrics.cycles_skipped.labels(self.cluster.name).inc()
 
     def _run_cycle(self) -> None:
@@ -102,7 +118,8 @@ class ClusterJob:
         try:
             snapshot = self._collector.collect(
                 describe_extra=memory.watched_ids if memory is not None else (),
-                deadline_s=self.collection_deadline_s)
+                deadline_s=self.collection_deadline_s,
+            )
         except KafkaUnavailable as e:
             log.warning("cycle for cluster %s failed: %s", name, e)
             self._metrics.request_errors.labels(name, "Metadata", e.error).inc()
@@ -115,15 +132,25 @@ class ClusterJob:
         for error in snapshot.errors:
             self._metrics.request_errors.labels(name, error.api, error.error).inc()
         if snapshot.errors:
-            log.warning("cycle for cluster %s lost %d part(s), first: %s %s on broker %s",
-                        name, len(snapshot.errors), snapshot.errors[0].api,
-                        snapshot.errors[0].error, snapshot.errors[0].broker_id)
+            log.warning(
+                "cycle for cluster %s lost %d part(s), first: %s %s on broker %s",
+                name,
+                len(snapshot.errors),
+                snapshot.errors[0].api,
+                snapshot.errors[0].error,
+                snapshot.errors[0].broker_id,
+            )
         if self._stopping.is_set():
             return
         pipeline_started = time.monotonic()
         try:
-            result = self._pipeline.compute(snapshot, memory, int(self._clock() * 1000),
-                                            groups=self.cluster.groups, rules=self.attribution)
+            result = self._pipeline.compute(
+                snapshot,
+                memory,
+                int(self._clock() * 1000),
+                groups=self.cluster.groups,
+                rules=self.attribution,
+            )
         except Exception:
             log.exception("pipeline failed for cluster %s", name)
             self._finish(replace(state, up=False), "failed", started)
@@ -139,12 +166,19 @@ class ClusterJob:
                 log.exception("cycle listener failed for cluster %s", name)
         complete = snapshot.complete
         now_ms = int(self._clock() * 1000)
-        self._finish(ClusterState(
-            cluster=name, result=result, snapshot_taken_at_ms=snapshot.taken_at_ms, up=complete,
-            last_success_at_ms=now_ms if complete else state.last_success_at_ms,
-            cycles_complete=state.cycles_complete + (1 if complete else 0),
-            stage_seconds=stages,
-        ), "complete" if complete else "partial", started)
+        self._finish(
+            ClusterState(
+                cluster=name,
+                result=result,
+                snapshot_taken_at_ms=snapshot.taken_at_ms,
+                up=complete,
+                last_success_at_ms=now_ms if complete else state.last_success_at_ms,
+                cycles_complete=state.cycles_complete + (1 if complete else 0),
+                stage_seconds=stages,
+            ),
+            "complete" if complete else "partial",
+            started,
+        )
 
     def _finish(self, state: ClusterState, outcome: str, started: float) -> None:
         if self._stopping.is_set():

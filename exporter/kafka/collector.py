@@ -292,8 +292,18 @@ class SnapshotCollector:
                 )()
 
         errors: list[CollectionError] = []
-        for part in (configs_done, offsets_done, visible, producers, listed, described, reread,
-                     timestamps, group_offsets, checks):
+        for part in (
+            configs_done,
+            offsets_done,
+            visible,
+            producers,
+            listed,
+            described,
+            reread,
+            timestamps,
+            group_offsets,
+            checks,
+        ):
             errors.extend(part.errors)
         cut = sorted({e.api for e in errors if e.error == DEADLINE_EXCEEDED})
         if cut:
@@ -336,7 +346,9 @@ class SnapshotCollector:
         )
 
     def _consumable_checks(
-        self, gaps: list[tuple[str, int, int, int]], leaders: Mapping[tuple[str, int], int],
+        self,
+        gaps: list[tuple[str, int, int, int]],
+        leaders: Mapping[tuple[str, int], int],
         by: float | None,
     ) -> Collected[ConsumableCheck]:
         return collect_consumable_checks(

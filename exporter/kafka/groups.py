@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from exporter.kafka._protocol import ProtocolClient
 from exporter.kafka.admin import Collected
 from exporter.kafka.errors import KafkaUnavailable, error_name, error_name_for_code
 from exporter.model import CollectionError, ConsumableCheck, GroupOffset, PartitionOffsets
@@ -55,35 +56,18 @@ class ListedGroup:
 
 
 class _Requests:
-    """Send requests to brokers concurrently on kafka-python's network manager."""
+    """Send requests to brokers concurrently through the one seam to kafka-python
+    (:class:`exporter.kafka._protocol.ProtocolClient`)."""
 
-    def __init__(self, client: Any, request_timeout_ms: int) -> None:
+    def __init__(self, client: ProtocolClient, request_timeout_ms: int) -> None:
         self.client = client
         self.timeout_ms = request_timeout_ms
 
     def run(self, coro: Callable[..., Any], *args: Any) -> Any:
-        return self.client._manager.run(coro, *args)
+        return self.client.run(coro, *args)
 
     async def send_all(self, requests: Sequence[tuple[K, int, Any]]) -> list[tuple[K, int, Any]]:
-        manager = self.client._manager
-        in_flight: list[tuple[K, int, Any]] = []
-        for key, broker_id, request in requests:
-            try:
-                future = manager.send(request, node_id=broker_id, request_timeout_ms=self.timeout_ms)
-            except Exception as e:  # unknown broker id, a failure cached for the node
-                future = e
-            in_flight.append((key, broker_id, future))
-        results: list[tuple[K, int, Any]] = []
-        for key, broker_id, future in in_flight:
-            if isinstance(future, BaseException):
-                results.append((key, broker_id, future))
-                continue
-            try:
-                response = await manager.wait_for(future, self.timeout_ms + 1000)
-            except Exception as e:
-                response = e
-            results.append((key, broker_id, response))
-        return results
+        return await self.client.send_all(requests, self.timeout_ms)
 
 
 def collect_group_offsets(

@@ -29,29 +29,41 @@ CYCLE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 class ExporterMetrics:
     """The exporter's own counters and histograms, updated by the cycle jobs."""
 
-    def __init__(self, registry: CollectorRegistry, clusters: Iterable[str],
-                 cluster_label: str = DEFAULT_CLUSTER_LABEL) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, clusters: Iterable[str], cluster_label: str = DEFAULT_CLUSTER_LABEL
+    ) -> None:
         self.cycle_duration = Histogram(
             f"{PREFIX}_exporter_cycle_duration_seconds",
             "Duration of one collection cycle: Kafka requests plus the Spark pipeline.",
-            [cluster_label], buckets=CYCLE_BUCKETS, registry=registry)
+            [cluster_label],
+            buckets=CYCLE_BUCKETS,
+            registry=registry,
+        )
         self.cycles = Counter(
             f"{PREFIX}_exporter_cycles",
             "Collection cycles by result: complete, partial (some requests failed) or failed "
-            "(no metadata from the cluster, or the pipeline failed).", [cluster_label, "result"],
-            registry=registry)
+            "(no metadata from the cluster, or the pipeline failed).",
+            [cluster_label, "result"],
+            registry=registry,
+        )
         self.request_errors = Counter(
             f"{PREFIX}_exporter_request_errors",
-            "Kafka request errors by API (DescribeProducers, ListTransactions, ...) and Kafka "
-            "error name.", [cluster_label, "api", "error"], registry=registry)
+            "Kafka request errors by API (DescribeProducers, ListTransactions, ...) and Kafka error name.",
+            [cluster_label, "api", "error"],
+            registry=registry,
+        )
         self.cycles_skipped = Counter(
             f"{PREFIX}_exporter_cycles_skipped",
             "Scheduled cycles that did not run because the previous cycle of the cluster was "
             "still running (a cycle is cut at its deadline, so this stays at 0 unless the "
-            "interval is shorter than a cycle can be).", [cluster_label], registry=registry)
+            "interval is shorter than a cycle can be).",
+            [cluster_label],
+            registry=registry,
+        )
         self.add_clusters(clusters)
-        build = Gauge(f"{PREFIX}_exporter_build_info", "Version of kafka-txn-exporter.",
-                      ["version"], registry=registry)
+        build = Gauge(
+            f"{PREFIX}_exporter_build_info", "Version of kafka-txn-exporter.", ["version"], registry=registry
+        )
         build.labels(__version__).set(1)
 
     def add_clusters(self, clusters: Iterable[str]) -> None:
@@ -73,9 +85,13 @@ class TransactionHealthCollector(Collector):
         kafka_txn_partitions_with_late_transactions{broker="1",cluster="prod"} 0.0
     """
 
-    def __init__(self, store: StateStore, settings: PipelineSettings,
-                 clock: Callable[[], float] = time.time,
-                 cluster_label: str = DEFAULT_CLUSTER_LABEL) -> None:
+    def __init__(
+        self,
+        store: StateStore,
+        settings: PipelineSettings,
+        clock: Callable[[], float] = time.time,
+        cluster_label: str = DEFAULT_CLUSTER_LABEL,
+    ) -> None:
         self._label = cluster_label
         self._store = store
         self._settings = settings
@@ -98,31 +114,43 @@ class TransactionHealthCollector(Collector):
     # -- families ------------------------------------------------------------------------
 
     def _exporter_families(self, states: list[ClusterState]) -> Iterator[Metric]:
-        up = GaugeMetricFamily(f"{PREFIX}_exporter_up",
-                               "1 when the last collection cycle read every part of the "
-                               "cluster, 0 when any request failed or the cluster was unreachable.",
-                               labels=[self._label])
-        last = GaugeMetricFamily(f"{PREFIX}_exporter_last_success_timestamp_seconds",
-                                 "Unix time of the last complete collection cycle.",
-                                 labels=[self._label])
-        age = GaugeMetricFamily(f"{PREFIX}_exporter_snapshot_age_seconds",
-                                "Age of the snapshot the Kafka-derived metrics come from.",
-                                labels=[self._label])
-        stage = GaugeMetricFamily(f"{PREFIX}_exporter_stage_duration_seconds",
-                                  "Duration of each stage of the last cycle (metadata, configs, "
-                                  "offsets, producers, list_transactions, describe_transactions, "
-                                  "batch_timestamps, pipeline).", labels=[self._label, "stage"])
+        up = GaugeMetricFamily(
+            f"{PREFIX}_exporter_up",
+            "1 when the last collection cycle read every part of the "
+            "cluster, 0 when any request failed or the cluster was unreachable.",
+            labels=[self._label],
+        )
+        last = GaugeMetricFamily(
+            f"{PREFIX}_exporter_last_success_timestamp_seconds",
+            "Unix time of the last complete collection cycle.",
+            labels=[self._label],
+        )
+        age = GaugeMetricFamily(
+            f"{PREFIX}_exporter_snapshot_age_seconds",
+            "Age of the snapshot the Kafka-derived metrics come from.",
+            labels=[self._label],
+        )
+        stage = GaugeMetricFamily(
+            f"{PREFIX}_exporter_stage_duration_seconds",
+            "Duration of each stage of the last cycle (metadata, configs, "
+            "offsets, producers, list_transactions, describe_transactions, "
+            "batch_timestamps, pipeline).",
+            labels=[self._label, "stage"],
+        )
         visible = GaugeMetricFamily(
             f"{PREFIX}_exporter_transactional_ids_visible",
             "1 when the exporter's principal may Describe every transactional id, 0 when "
             "ListTransactions may silently leave some out (a blind spot: open transactions "
             "whose owner is not listed are then classed unknown, never hanging). From a "
             "DescribeTransactions probe of an id nobody uses; absent when the probe failed.",
-            labels=[self._label])
+            labels=[self._label],
+        )
         version = GaugeMetricFamily(
             f"{PREFIX}_cluster_transaction_version",
             "The finalized transaction.version feature level of the cluster (KIP-890: 2 = "
-            "transactions v2, server-side defense); absent when unknown.", labels=[self._label])
+            "transactions v2, server-side defense); absent when unknown.",
+            labels=[self._label],
+        )
         now = self._clock()
         for s in states:
             if s.result is not None and s.result.transactional_ids_visible is not None:
@@ -143,12 +171,14 @@ class TransactionHealthCollector(Collector):
             f"{PREFIX}_partition_max_active_transaction_duration_seconds",
             "Age of the oldest open transaction on the partition, from its start "
             "(MaxActiveTransactionDuration, KIP-664; DescribeProducers and DescribeTransactions).",
-            labels=[self._label, "topic", "partition"])
+            labels=[self._label, "topic", "partition"],
+        )
         lag = GaugeMetricFamily(
             f"{PREFIX}_partition_last_stable_offset_lag",
             "High watermark minus last stable offset (Kafka's LastStableOffsetLag partition "
             "gauge; ListOffsets READ_UNCOMMITTED and READ_COMMITTED).",
-            labels=[self._label, "topic", "partition"])
+            labels=[self._label, "topic", "partition"],
+        )
         mode = self._settings.lso_lag_series
         for s, r in _results(states):
             for p in r.partitions:
@@ -157,8 +187,11 @@ class TransactionHealthCollector(Collector):
                     duration.add_metric(labels, p.max_active_transaction_duration_ms / 1000)
                 if p.lso_lag is None:
                     continue
-                if (mode == "all" or p.lso_lag > 0
-                        or (mode == "open" and p.max_active_transaction_duration_ms is not None)):
+                if (
+                    mode == "all"
+                    or p.lso_lag > 0
+                    or (mode == "open" and p.max_active_transaction_duration_ms is not None)
+                ):
                     lag.add_metric(labels, float(p.lso_lag))
         yield from (duration, lag)
 
@@ -168,31 +201,40 @@ class TransactionHealthCollector(Collector):
             "Partitions led by the broker with an open transaction older than "
             "transaction.max.timeout.ms plus the padding (Kafka's "
             "PartitionsWithLateTransactionsCount, measured from the transaction start).",
-            labels=[self._label, "broker"])
+            labels=[self._label, "broker"],
+        )
         max_lag = GaugeMetricFamily(
             f"{PREFIX}_max_last_stable_offset_lag",
             "Largest LastStableOffsetLag over the partitions the broker leads "
-            "(MaxLastStableOffsetLag, KIP-939).", labels=[self._label, "broker"])
+            "(MaxLastStableOffsetLag, KIP-939).",
+            labels=[self._label, "broker"],
+        )
         hanging = GaugeMetricFamily(
             f"{PREFIX}_hanging_transactions",
             "Confirmed hanging transactions on partitions the broker leads: open on the "
             "partition, unknown to its coordinator (KIP-664; DescribeProducers, "
-            "ListTransactions, DescribeTransactions).", labels=[self._label, "broker"])
+            "ListTransactions, DescribeTransactions).",
+            labels=[self._label, "broker"],
+        )
         verification = GaugeMetricFamily(
             f"{PREFIX}_broker_transaction_verification_enabled",
             "1 when the broker verifies transactional appends with the coordinator "
             "(transaction.partition.verification.enable, KIP-890; DescribeConfigs). Absent when "
             "the broker's configs could not be read.",
-            labels=[self._label, "broker"])
+            labels=[self._label, "broker"],
+        )
         two_pc = GaugeMetricFamily(
             f"{PREFIX}_broker_two_phase_commit_enabled",
             "1 when the broker accepts two-phase-commit transactions "
             "(transaction.two.phase.commit.enable, KIP-939; DescribeConfigs). Absent when the "
-            "broker's configs could not be read.", labels=[self._label, "broker"])
+            "broker's configs could not be read.",
+            labels=[self._label, "broker"],
+        )
         max_timeout = GaugeMetricFamily(
             f"{PREFIX}_broker_transaction_max_timeout_seconds",
             "The broker's transaction.max.timeout.ms (DescribeConfigs).",
-            labels=[self._label, "broker"])
+            labels=[self._label, "broker"],
+        )
         for s, r in _results(states):
             for b in r.brokers:
                 labels = [s.cluster, str(b.broker_id)]
@@ -211,32 +253,41 @@ class TransactionHealthCollector(Collector):
             f"{PREFIX}_active_transaction_open_time_max_seconds",
             "Age of the oldest open transaction the broker coordinates, from its "
             "TransactionStartTimeMs (ActiveTransactionOpenTimeMaxMs, KIP-939; "
-            "ListTransactions, DescribeTransactions).", labels=[self._label, "coordinator"])
+            "ListTransactions, DescribeTransactions).",
+            labels=[self._label, "coordinator"],
+        )
         two_pc = GaugeMetricFamily(
             f"{PREFIX}_two_phase_commit_transaction_open_time_max_seconds",
             "Age of the oldest open two-phase-commit transaction (TransactionTimeoutMs = "
-            "2147483647, KIP-939) the broker coordinates.", labels=[self._label, "coordinator"])
+            "2147483647, KIP-939) the broker coordinates.",
+            labels=[self._label, "coordinator"],
+        )
         by_state = GaugeMetricFamily(
             f"{PREFIX}_coordinator_transactions",
             "Transactional ids the broker coordinates, by coordinator state (ListTransactions).",
-            labels=[self._label, "coordinator", "state"])
+            labels=[self._label, "coordinator", "state"],
+        )
         by_class = GaugeMetricFamily(
             f"{PREFIX}_open_transactions",
             "Open partition-level transactions by class: ongoing, late, hanging, "
             "suspected_hanging, two_phase_commit, unknown (DescribeProducers, classified "
-            "against the coordinators).", labels=[self._label, "class"])
+            "against the coordinators).",
+            labels=[self._label, "class"],
+        )
         aborts = CounterMetricFamily(
             f"{PREFIX}_coordinator_timeout_aborts",
             "Transactions the coordinator aborted on timeout (KIP-588), counted since the "
             "exporter started: a transaction seen Ongoing, next seen with a bumped producer "
             "epoch after its deadline (DescribeTransactions; see docs/metrics.md).",
-            labels=[self._label, "coordinator"])
+            labels=[self._label, "coordinator"],
+        )
         unknown = GaugeMetricFamily(
             f"{PREFIX}_open_transactions_unknown",
             "Open partition-level transactions classed unknown, by why the evidence is missing: "
             "coordinator_unreadable, listing_incomplete, owner_may_be_invisible (the principal "
             "may not Describe every transactional id), unverified (see docs/metrics.md).",
-            labels=[self._label, "reason"])
+            labels=[self._label, "reason"],
+        )
         for s, r in _results(states):
             for total in r.memory.timeout_aborts_total:
                 aborts.add_metric([s.cluster, str(total.coordinator_id)], total.count)
@@ -259,27 +310,62 @@ class TransactionHealthCollector(Collector):
             f"{PREFIX}_hanging_transaction_info",
             "One series per confirmed hanging transaction (KIP-664): the partition, the "
             "producer, the start offset to abort from, and the transactional id where known.",
-            labels=[self._label, "broker", "topic", "partition", "producer_id", "producer_epoch",
-                    "coordinator_epoch", "start_offset", "transactional_id", "reason",
-                    "start_time_source"])
+            labels=[
+                self._label,
+                "broker",
+                "topic",
+                "partition",
+                "producer_id",
+                "producer_epoch",
+                "coordinator_epoch",
+                "start_offset",
+                "transactional_id",
+                "reason",
+                "start_time_source",
+            ],
+        )
         late = GaugeMetricFamily(
             f"{PREFIX}_late_transaction_info",
             "One series per open transaction older than transaction.max.timeout.ms plus the "
             "padding, with its class (PartitionsWithLateTransactionsCount, per transaction).",
-            labels=[self._label, "broker", "topic", "partition", "producer_id", "producer_epoch",
-                    "start_offset", "transactional_id", "class", "start_time_source"])
+            labels=[
+                self._label,
+                "broker",
+                "topic",
+                "partition",
+                "producer_id",
+                "producer_epoch",
+                "start_offset",
+                "transactional_id",
+                "class",
+                "start_time_source",
+            ],
+        )
         for s, r in _results(states):
             for f in r.findings:
                 if f.hanging:
-                    hanging.add_metric([*_finding_labels(s.cluster, f),
-                                        str(f.coordinator_epoch), str(f.start_offset),
-                                        f.transactional_id or "",
-                                        f.hanging_reason.value if f.hanging_reason else "",
-                                        f.start_time_source.value], 1.0)
+                    hanging.add_metric(
+                        [
+                            *_finding_labels(s.cluster, f),
+                            str(f.coordinator_epoch),
+                            str(f.start_offset),
+                            f.transactional_id or "",
+                            f.hanging_reason.value if f.hanging_reason else "",
+                            f.start_time_source.value,
+                        ],
+                        1.0,
+                    )
                 if f.late:
-                    late.add_metric([*_finding_labels(s.cluster, f), str(f.start_offset),
-                                     f.transactional_id or "", f.txn_class.value,
-                                     f.start_time_source.value], 1.0)
+                    late.add_metric(
+                        [
+                            *_finding_labels(s.cluster, f),
+                            str(f.start_offset),
+                            f.transactional_id or "",
+                            f.txn_class.value,
+                            f.start_time_source.value,
+                        ],
+                        1.0,
+                    )
         yield from (hanging, late)
 
 
@@ -290,5 +376,4 @@ def _results(states: list[ClusterState]) -> Iterator[tuple[ClusterState, CycleRe
 
 
 def _finding_labels(cluster: str, f: Finding) -> list[str]:
-    return [cluster, str(f.broker_id), f.topic, str(f.partition), str(f.producer_id),
-            str(f.producer_epoch)]
+    return [cluster, str(f.broker_id), f.topic, str(f.partition), str(f.producer_id), str(f.producer_epoch)]

@@ -35,7 +35,8 @@ class StateStore:
     def __init__(self, clusters: list[str]) -> None:
         self._lock = threading.Lock()
         self._states: Mapping[str, ClusterState] = MappingProxyType(
-            {c: ClusterState(cluster=c) for c in clusters})
+            {c: ClusterState(cluster=c) for c in clusters}
+        )
 
     def get(self, cluster: str) -> ClusterState:
         return self._states[cluster]

@@ -216,8 +216,7 @@ def compute(
         )
 
     if groups is not None and groups.enabled and snapshot.group_offsets:
-        inputs = group_input_frames(spark, snapshot.group_offsets, snapshot.consumable_checks,
-                                    mem.groups)
+        inputs = group_input_frames(spark, snapshot.group_offsets, snapshot.consumable_checks, mem.groups)
         txns = classified if classified is not None else frame_of(spark, Finding, [])
         family = group_frames(inputs, t["partitions"], txns, groups, now_ms, rules)
         out["groups"] = (_GroupRow, family.single())
@@ -258,9 +257,7 @@ def _collect(st: ComputeStats, out: dict[str, tuple[type, DataFrame]]) -> dict[s
         if record is _CandidateRow:
             cols = [*_FINDING_COLUMNS, "previous_cycles"]
         names[table] = cols
-        branch = frame.select(
-            F.lit(table).alias("_table"), *(F.col(c).alias(f"{table}.{c}") for c in cols)
-        )
+        branch = frame.select(F.lit(table).alias("_table"), *(F.col(c).alias(f"{table}.{c}") for c in cols))
         union = branch if union is None else union.unionByName(branch, allowMissingColumns=True)
     assert union is not None
     started = time.perf_counter()
@@ -316,9 +313,7 @@ def _assemble(
             key=lambda a: a.transactional_id,
         )
     )
-    group_family = (
-        groups_result((r["kind"], r["row"]) for r in rows["groups"]) if "groups" in rows else None
-    )
+    group_family = groups_result((r["kind"], r["row"]) for r in rows["groups"]) if "groups" in rows else None
     memory = PipelineMemory(
         groups=group_family.carry if group_family is not None else mem.groups,
         candidates=tuple(
@@ -327,8 +322,12 @@ def _assemble(
                     HangingCandidate(record_of(Finding, r), r["previous_cycles"])
                     for r in rows.get("candidates", [])
                 ),
-                key=lambda c: (c.finding.topic, c.finding.partition, c.finding.producer_id,
-                               c.finding.start_offset),
+                key=lambda c: (
+                    c.finding.topic,
+                    c.finding.partition,
+                    c.finding.producer_id,
+                    c.finding.start_offset,
+                ),
             )
         ),
         watched=_next_watched(snapshot, mem, rows.get("watched", []), aborts),
@@ -338,12 +337,11 @@ def _assemble(
         cluster=snapshot.cluster,
         computed_at_ms=now_ms,
         partitions=tuple(
-            sorted(records_of(PartitionMetrics, rows.get("partitions", [])),
-                   key=lambda p: (p.topic, p.partition))
+            sorted(
+                records_of(PartitionMetrics, rows.get("partitions", [])), key=lambda p: (p.topic, p.partition)
+            )
         ),
-        brokers=tuple(
-            sorted(records_of(BrokerMetrics, rows.get("brokers", [])), key=lambda b: b.broker_id)
-        ),
+        brokers=tuple(sorted(records_of(BrokerMetrics, rows.get("brokers", [])), key=lambda b: b.broker_id)),
         coordinators=coordinators,
         findings=tuple(findings[: max(0, settings.max_findings)]),
         open_transactions_by_class=tuple(by_class.items()),
@@ -363,8 +361,7 @@ def _transaction_version(snapshot: ClusterSnapshot) -> int | None:
 
 
 def _finding_order(f: Finding) -> tuple[int, bool, int, str, int, int]:
-    return (SEVERITY.index(f.txn_class), not f.late, -f.duration_ms, f.topic, f.partition,
-            f.producer_id)
+    return (SEVERITY.index(f.txn_class), not f.late, -f.duration_ms, f.topic, f.partition, f.producer_id)
 
 
 # --- open partition-level transactions ----------------------------------------------------
@@ -388,15 +385,19 @@ def _classified(
     """
     c = F.col
     b = F.broadcast
-    open_txns = t["producers"].where(c("current_txn_start_offset") >= 0).select(
-        "topic",
-        "partition",
-        c("broker_id").alias("answered_by"),
-        "producer_id",
-        "producer_epoch",
-        "coordinator_epoch",
-        c("current_txn_start_offset").alias("start_offset"),
-        "last_timestamp_ms",
+    open_txns = (
+        t["producers"]
+        .where(c("current_txn_start_offset") >= 0)
+        .select(
+            "topic",
+            "partition",
+            c("broker_id").alias("answered_by"),
+            "producer_id",
+            "producer_epoch",
+            "coordinator_epoch",
+            c("current_txn_start_offset").alias("start_offset"),
+            "last_timestamp_ms",
+        )
     )
     leaders = t["partitions"].select("topic", "partition", "leader")
     max_timeouts = t["broker_configs"].select("broker_id", "transaction_max_timeout_ms")
@@ -420,15 +421,21 @@ def _classified(
         "partition",
         F.lit(True).alias("in_txn"),
     )
-    batches = t["batch_timestamps"].where(c("timestamp_ms") >= 0).select(
-        "topic", "partition", c("offset").alias("start_offset"), c("timestamp_ms").alias("batch_ms")
+    batches = (
+        t["batch_timestamps"]
+        .where(c("timestamp_ms") >= 0)
+        .select("topic", "partition", c("offset").alias("start_offset"), c("timestamp_ms").alias("batch_ms"))
     )
     still_open = (
         t["reread_producers"]
         .where(c("current_txn_start_offset") >= 0)
-        .select("topic", "partition", "producer_id",
-                c("current_txn_start_offset").alias("start_offset"),
-                F.lit(True).alias("verified"))
+        .select(
+            "topic",
+            "partition",
+            "producer_id",
+            c("current_txn_start_offset").alias("start_offset"),
+            F.lit(True).alias("verified"),
+        )
         .dropDuplicates(list(KEY))
     )
     reread = t["reread_partitions"].select("topic", "partition", F.lit(True).alias("reread"))
@@ -450,12 +457,14 @@ def _classified(
     )
     match = _match_rank()
     best_first = Window.partitionBy(*KEY).orderBy(match, c("transactional_id"))
-    best = joined.select(
-        "*", match.alias("match"), F.row_number().over(best_first).alias("_n")
-    ).where(c("_n") == 1)
-    current = best.select(*_classified_columns(snapshot, settings, now_ms, rules)).where(
-        ~c("closed_meanwhile")
-    ).drop("closed_meanwhile")
+    best = joined.select("*", match.alias("match"), F.row_number().over(best_first).alias("_n")).where(
+        c("_n") == 1
+    )
+    current = (
+        best.select(*_classified_columns(snapshot, settings, now_ms, rules))
+        .where(~c("closed_meanwhile"))
+        .drop("closed_meanwhile")
+    )
     if not mem.candidates:
         return current
     # A remembered candidate whose partition could not be read at all this cycle: no evidence
@@ -483,9 +492,7 @@ def _match_rank() -> Column:
 
 def _previous_candidates(spark: SparkSession, mem: PipelineMemory) -> DataFrame:
     """Last cycle's candidates: their finding's columns prefixed ``prev_``, and their count."""
-    schema = StructType(
-        [*schema_of(Finding).fields, StructField("previous_cycles", LongType(), False)]
-    )
+    schema = StructType([*schema_of(Finding).fields, StructField("previous_cycles", LongType(), False)])
     arrow = arrow_of(Finding, [m.finding for m in mem.candidates]).append_column(
         pa.field("previous_cycles", pa.int64(), False),
         pa.array([m.cycles for m in mem.candidates], type=pa.int64()),
@@ -506,7 +513,9 @@ def _severity(txn_class: Column) -> Column:
 
 
 def _classified_columns(
-    snapshot: ClusterSnapshot, settings: PipelineSettings, now_ms: int,
+    snapshot: ClusterSnapshot,
+    settings: PipelineSettings,
+    now_ms: int,
     rules: Sequence[AttributionRule],
 ) -> list[Column]:
     """The classification, as one projection (see docs/metrics.md for each rule)."""
@@ -547,12 +556,8 @@ def _classified_columns(
     # An unknown start (-1) gives no age rather than an age of 55 years; a start in the
     # future (client clock skew) gives 0.
     known_start = start_time >= 0
-    duration = F.when(known_start, F.greatest(F.lit(0), F.lit(now_ms) - start_time)).otherwise(
-        F.lit(0)
-    )
-    max_timeout = F.coalesce(
-        c("transaction_max_timeout_ms"), F.lit(DEFAULT_TRANSACTION_MAX_TIMEOUT_MS)
-    )
+    duration = F.when(known_start, F.greatest(F.lit(0), F.lit(now_ms) - start_time)).otherwise(F.lit(0))
+    max_timeout = F.coalesce(c("transaction_max_timeout_ms"), F.lit(DEFAULT_TRANSACTION_MAX_TIMEOUT_MS))
     late = known_start & (duration > max_timeout + F.lit(settings.late_padding_ms))
     two_phase = legit & (c("txn_timeout_ms") == TWO_PHASE_COMMIT_TIMEOUT_MS)
 
@@ -560,9 +565,8 @@ def _classified_columns(
     verified_candidate = reason.isNotNull() & c("reread").isNotNull() & c("verified").isNotNull()
     # Evidence missing and the transaction remembered as a candidate: keep it as it was.
     kept = remembered & missing_evidence.isNotNull()
-    cycles = (
-        F.when(verified_candidate, F.coalesce(c("previous_cycles"), F.lit(0)) + 1)
-        .when(kept, c("previous_cycles"))
+    cycles = F.when(verified_candidate, F.coalesce(c("previous_cycles"), F.lit(0)) + 1).when(
+        kept, c("previous_cycles")
     )
     confirmed = cycles >= settings.hanging_confirm_cycles
     txn_class = (
@@ -605,9 +609,7 @@ def _classified_columns(
         _severity(txn_class).alias("severity"),
         # A candidate whose partition, read again after the coordinators, no longer shows it:
         # it closed between the reads (markers written meanwhile), so it is not open at all.
-        (reason.isNotNull() & c("reread").isNotNull() & c("verified").isNull()).alias(
-            "closed_meanwhile"
-        ),
+        (reason.isNotNull() & c("reread").isNotNull() & c("verified").isNull()).alias("closed_meanwhile"),
     ]
 
 
@@ -694,9 +696,7 @@ def _partition_frame(t: Tables, classified: DataFrame | None) -> DataFrame:
     )
 
 
-def _broker_frame(
-    t: Tables, classified: DataFrame | None, partitions: DataFrame | None
-) -> DataFrame:
+def _broker_frame(t: Tables, classified: DataFrame | None, partitions: DataFrame | None) -> DataFrame:
     """Every known broker (metadata, configs, partition leaders), zero-filled. A broker whose
     configs were not read has no verification or 2PC value (null, never a guess)."""
     c = F.col
@@ -727,13 +727,18 @@ def _broker_frame(
     ]
     if partitions is not None:
         sources.append(
-            source(partitions.where(c("leader") >= 0), c("leader"),
-                   late=c("has_late").cast("int"), lso_lag=c("lso_lag"))
+            source(
+                partitions.where(c("leader") >= 0),
+                c("leader"),
+                late=c("has_late").cast("int"),
+                lso_lag=c("lso_lag"),
+            )
         )
     if classified is not None:
         sources.append(
-            source(classified.where(c("txn_class") == TxnClass.HANGING.value), c("broker_id"),
-                   hanging=F.lit(1))
+            source(
+                classified.where(c("txn_class") == TxnClass.HANGING.value), c("broker_id"), hanging=F.lit(1)
+            )
         )
     union = sources[0]
     for more in sources[1:]:
@@ -745,9 +750,9 @@ def _broker_frame(
         F.coalesce(F.sum("hanging"), F.lit(0)).alias("hanging_transactions"),
         F.coalesce(F.max("lso_lag"), F.lit(0)).alias("max_last_stable_offset_lag"),
         F.when(min_verification.isNotNull(), min_verification == 1).alias("verification_enabled"),
-        F.coalesce(
-            F.max("transaction_max_timeout_ms"), F.lit(DEFAULT_TRANSACTION_MAX_TIMEOUT_MS)
-        ).alias("transaction_max_timeout_ms"),
+        F.coalesce(F.max("transaction_max_timeout_ms"), F.lit(DEFAULT_TRANSACTION_MAX_TIMEOUT_MS)).alias(
+            "transaction_max_timeout_ms"
+        ),
         F.when(max_two_phase.isNotNull(), max_two_phase == 1).alias("two_phase_commit_enabled"),
     )
 
@@ -767,7 +772,8 @@ def _coordinator_frame(t: Tables, now_ms: int) -> DataFrame:
     is_open = c("state").isin(*OPEN_COORDINATOR_STATES) & (c("start_time_ms") >= 0)
     is_2pc = c("timeout_ms") == TWO_PHASE_COMMIT_TIMEOUT_MS
     union = (
-        t["coordinators_listed"].select(c("broker_id").alias("coordinator_id"))
+        t["coordinators_listed"]
+        .select(c("broker_id").alias("coordinator_id"))
         .unionByName(t["listed_transactions"].select("coordinator_id"))
         .unionByName(
             _described_ok(t)
@@ -794,23 +800,30 @@ def _watched_frame(t: Tables, seen_at_ms: int) -> DataFrame:
     """KIP-588: every Ongoing transaction with its deadline (start + its own timeout); 2PC
     transactions never time out and are left out."""
     c = F.col
-    return _described_ok(t).where(
-        (c("state") == "Ongoing")
-        & (c("start_time_ms") >= 0)
-        & (c("timeout_ms") >= 0)
-        & (c("timeout_ms") != TWO_PHASE_COMMIT_TIMEOUT_MS)
-    ).select(
-        "transactional_id",
-        "coordinator_id",
-        "producer_id",
-        "producer_epoch",
-        (c("start_time_ms") + c("timeout_ms")).alias("deadline_ms"),
-        F.lit(seen_at_ms).alias("seen_at_ms"),
+    return (
+        _described_ok(t)
+        .where(
+            (c("state") == "Ongoing")
+            & (c("start_time_ms") >= 0)
+            & (c("timeout_ms") >= 0)
+            & (c("timeout_ms") != TWO_PHASE_COMMIT_TIMEOUT_MS)
+        )
+        .select(
+            "transactional_id",
+            "coordinator_id",
+            "producer_id",
+            "producer_epoch",
+            (c("start_time_ms") + c("timeout_ms")).alias("deadline_ms"),
+            F.lit(seen_at_ms).alias("seen_at_ms"),
+        )
     )
 
 
 def _timeout_abort_frame(
-    spark: SparkSession, t: Tables, mem: PipelineMemory, transaction_version: int | None,
+    spark: SparkSession,
+    t: Tables,
+    mem: PipelineMemory,
+    transaction_version: int | None,
     now_ms: int,
 ) -> DataFrame:
     """KIP-588: last cycle's Ongoing transactions the coordinator has since aborted on timeout.
@@ -841,9 +854,7 @@ def _timeout_abort_frame(
     same_producer = c("producer_id") == c("old_producer_id")
     bumped = (same_producer & (c("producer_epoch") > c("old_epoch"))) | new_producer
     reinit_step = 1 if transaction_version == 1 else 2
-    reinitialised = new_producer | (
-        same_producer & (c("producer_epoch") >= c("old_epoch") + reinit_step)
-    )
+    reinitialised = new_producer | (same_producer & (c("producer_epoch") >= c("old_epoch") + reinit_step))
     due = c("deadline_ms") <= F.lit(now_ms)
     overdue_when_seen = c("deadline_ms") <= c("seen_at_ms")
     counted = (bumped & due & c("state").isin(*ABORT_STATES, "Empty")) | (

@@ -24,12 +24,24 @@ _NOW_MS = 1_800_000_000_000
 def warmup_snapshot() -> ClusterSnapshot:
     """One broker, two partitions: a legitimate open transaction and a hanging one."""
     legit = TransactionDescription(
-        coordinator_id=1, transactional_id="warmup-legit", error=None, state="Ongoing",
-        timeout_ms=60_000, start_time_ms=_NOW_MS - 1000, producer_id=1, producer_epoch=0,
-        partitions=(TopicPartition("warmup", 0),))
+        coordinator_id=1,
+        transactional_id="warmup-legit",
+        error=None,
+        state="Ongoing",
+        timeout_ms=60_000,
+        start_time_ms=_NOW_MS - 1000,
+        producer_id=1,
+        producer_epoch=0,
+        partitions=(TopicPartition("warmup", 0),),
+    )
     gone = TransactionDescription(
-        coordinator_id=1, transactional_id="warmup-gone", error=None, state="Empty",
-        producer_id=2, producer_epoch=0)
+        coordinator_id=1,
+        transactional_id="warmup-gone",
+        error=None,
+        state="Empty",
+        producer_id=2,
+        producer_epoch=0,
+    )
     producers = (
         ProducerState("warmup", 0, 1, 1, 0, 4, _NOW_MS - 500, 0, 5),
         ProducerState("warmup", 1, 1, 2, 0, 0, _NOW_MS - 2_000_000, -1, 0),
@@ -44,8 +56,10 @@ def warmup_snapshot() -> ClusterSnapshot:
         transactional_ids_visible=True,
         reread_producers=producers,
         reread_partitions=frozenset({("warmup", 0), ("warmup", 1)}),
-        listed_transactions=(ListedTransaction(1, "warmup-legit", 1, "Ongoing"),
-                             ListedTransaction(1, "warmup-gone", 2, "Empty")),
+        listed_transactions=(
+            ListedTransaction(1, "warmup-legit", 1, "Ongoing"),
+            ListedTransaction(1, "warmup-gone", 2, "Empty"),
+        ),
         transactions=(legit, gone),
         batch_timestamps=(BatchTimestamp("warmup", 1, 0, _NOW_MS - 2_000_000),),
         coordinators_listed=frozenset({1}),

@@ -60,8 +60,10 @@ def require_binary(*names: str) -> str:
         found = shutil.which(name)
         if found:
             return found
-    raise StackError(f"none of {', '.join(names)} is on PATH: install the Debian packages "
-                     "prometheus and prometheus-alertmanager (.ci/setup.sh does)")
+    raise StackError(
+        f"none of {', '.join(names)} is on PATH: install the Debian packages "
+        "prometheus and prometheus-alertmanager (.ci/setup.sh does)"
+    )
 
 
 def child_env() -> dict[str, str]:
@@ -99,8 +101,14 @@ def describe_json(url: str) -> str:
 # -- waiting --------------------------------------------------------------------------------
 
 
-def wait_until(check: Callable[[], T | None], *, timeout_s: float, what: str,
-               diagnostics: Callable[[], str], interval_s: float = 0.5) -> T:
+def wait_until(
+    check: Callable[[], T | None],
+    *,
+    timeout_s: float,
+    what: str,
+    diagnostics: Callable[[], str],
+    interval_s: float = 0.5,
+) -> T:
     """Call ``check`` until it returns something other than None, at most ``timeout_s``.
 
     On timeout, fails with ``what`` and the ``diagnostics`` dump. Exceptions of ``check``
@@ -113,8 +121,7 @@ def wait_until(check: Callable[[], T | None], *, timeout_s: float, what: str,
         if result is not None:
             return result
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}\n\n"
-                                 f"{diagnostics()}")
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}\n\n{diagnostics()}")
         time.sleep(interval_s)
 
 
@@ -134,8 +141,13 @@ class ManagedProcess:
     def start(self) -> None:
         self._log = self.log_path.open("wb")
         try:
-            self._proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
-                                          stderr=subprocess.STDOUT, env=child_env())
+            self._proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                env=child_env(),
+            )
         except OSError:
             self._log.close()
             self._log = None
@@ -159,8 +171,10 @@ class ManagedProcess:
     def describe(self) -> str:
         code = self.exit_code()
         state = "running" if code is None else f"exited with {code}"
-        return (f"--- {self.name} (pid {self.pid}, {state}), last {LOG_TAIL_LINES} lines of "
-                f"{self.log_path}:\n{self.tail()}")
+        return (
+            f"--- {self.name} (pid {self.pid}, {state}), last {LOG_TAIL_LINES} lines of "
+            f"{self.log_path}:\n{self.tail()}"
+        )
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM, wait, SIGKILL if needed, and reap. Safe to call twice."""
@@ -193,15 +207,17 @@ class ManagedProcess:
             except OSError as e:
                 last = str(e)
             if time.monotonic() >= deadline:
-                raise StackError(f"{self.name} not ready at {url} after {timeout_s:.0f} s "
-                                 f"({last})\n{self.describe()}")
+                raise StackError(
+                    f"{self.name} not ready at {url} after {timeout_s:.0f} s ({last})\n{self.describe()}"
+                )
             time.sleep(0.2)
 
 
 def run_check(argv: Sequence[str], what: str) -> None:
     """Run a checker (promtool, amtool) on a rendered file; fail with its output."""
-    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=60,
-                          env=child_env(), check=False)
+    done = subprocess.run(
+        list(argv), capture_output=True, text=True, timeout=60, env=child_env(), check=False
+    )
     if done.returncode != 0:
         raise StackError(f"{what} is invalid ({' '.join(argv)}):\n{done.stdout}{done.stderr}")
 
@@ -236,8 +252,9 @@ class _StandInHandler(BaseHTTPRequestHandler):
         self.stand_in.record(Received(path=path, at=time.time(), body=body))
         if path == PAGERDUTY_PATH:
             # What PagerDuty answers to an accepted event.
-            self._reply(202, {"status": "success", "message": "Event processed",
-                              "dedup_key": body.get("dedup_key")})
+            self._reply(
+                202, {"status": "success", "message": "Event processed", "dedup_key": body.get("dedup_key")}
+            )
         else:
             self._reply(200, {"status": "ok"})
 
@@ -261,8 +278,9 @@ class PagerDutyStandIn:
         handler = type("Handler", (_StandInHandler,), {"stand_in": self})
         self._server = ThreadingHTTPServer((LOOPBACK, 0), handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="pagerduty-stand-in", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="pagerduty-stand-in", daemon=True
+        )
         self._lock = threading.Lock()
         self._received: list[Received] = []
 
@@ -291,8 +309,9 @@ class PagerDutyStandIn:
         self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     def record(self, received: Received) -> None:
@@ -309,8 +328,10 @@ class PagerDutyStandIn:
     def describe(self) -> str:
         lines = [f"--- stand-in at {self.base_url} received {len(self.received())} POST(s):"]
         for r in self.received():
-            lines.append(f"{r.path} at {time.strftime('%H:%M:%S', time.localtime(r.at))}: "
-                         + json.dumps(r.body, sort_keys=True))
+            lines.append(
+                f"{r.path} at {time.strftime('%H:%M:%S', time.localtime(r.at))}: "
+                + json.dumps(r.body, sort_keys=True)
+            )
         return "\n".join(lines)
 
 
@@ -319,8 +340,7 @@ class PagerDutyStandIn:
 
 def short_thresholds(for_: str) -> Thresholds:
     """The default thresholds with every ``*_for`` duration set to ``for_``."""
-    return thresholds_from_mapping({f.name: for_ for f in fields(Thresholds)
-                                    if f.name.endswith("_for")})
+    return thresholds_from_mapping({f.name: for_ for f in fields(Thresholds) if f.name.endswith("_for")})
 
 
 def render_rules(thresholds: Thresholds) -> str:
@@ -340,36 +360,52 @@ def _shorten_route(route: dict[str, Any], timers: Mapping[str, str]) -> None:
             _shorten_route(grandchild, timers)
 
 
-def alertmanager_config(*, pagerduty_url: str, routing_key_file: Path, tickets_url: str,
-                        group_wait: str = "1s", group_interval: str = "2s",
-                        repeat_interval: str = "1h") -> str:
+def alertmanager_config(
+    *,
+    pagerduty_url: str,
+    routing_key_file: Path,
+    tickets_url: str,
+    group_wait: str = "1s",
+    group_interval: str = "2s",
+    repeat_interval: str = "1h",
+) -> str:
     """The example routing (``render_example``) with local endpoints and short group timers."""
-    text = render_example(pagerduty_url=pagerduty_url, routing_key_file=routing_key_file,
-                          ticket_webhook_url=tickets_url)
+    text = render_example(
+        pagerduty_url=pagerduty_url, routing_key_file=routing_key_file, ticket_webhook_url=tickets_url
+    )
     config: Any = yaml.safe_load(text)
-    _shorten_route(config["route"], {"group_wait": group_wait,
-                                     "group_interval": group_interval,
-                                     "repeat_interval": repeat_interval})
-    return str(yaml.safe_dump(config, sort_keys=False, default_flow_style=False,
-                              width=1_000_000))
+    _shorten_route(
+        config["route"],
+        {"group_wait": group_wait, "group_interval": group_interval, "repeat_interval": repeat_interval},
+    )
+    return str(yaml.safe_dump(config, sort_keys=False, default_flow_style=False, width=1_000_000))
 
 
-def prometheus_config(*, exporter_target: str, alertmanager_target: str,
-                      rule_file: Path, scrape_configs: Sequence[Mapping[str, Any]] = (),
-                      external_labels: Mapping[str, str] | None = None) -> str:
+def prometheus_config(
+    *,
+    exporter_target: str,
+    alertmanager_target: str,
+    rule_file: Path,
+    scrape_configs: Sequence[Mapping[str, Any]] = (),
+    external_labels: Mapping[str, str] | None = None,
+) -> str:
     """A Prometheus config: the exporter scraped as ``SCRAPE_JOB`` unless ``scrape_configs``
     are given (e.g. shaped like a ServiceMonitor's), alerts to ``alertmanager_target``."""
-    global_config: dict[str, Any] = {"scrape_interval": "1s", "scrape_timeout": "1s",
-                                     "evaluation_interval": "1s"}
+    global_config: dict[str, Any] = {
+        "scrape_interval": "1s",
+        "scrape_timeout": "1s",
+        "evaluation_interval": "1s",
+    }
     if external_labels:
         global_config["external_labels"] = dict(external_labels)
     config = {
         "global": global_config,
         "rule_files": [str(rule_file)],
-        "alerting": {"alertmanagers": [{"api_version": "v2",
-                                        "static_configs": [{"targets": [alertmanager_target]}]}]},
-        "scrape_configs": [dict(c) for c in scrape_configs] or [
-            {"job_name": SCRAPE_JOB, "static_configs": [{"targets": [exporter_target]}]}],
+        "alerting": {
+            "alertmanagers": [{"api_version": "v2", "static_configs": [{"targets": [alertmanager_target]}]}]
+        },
+        "scrape_configs": [dict(c) for c in scrape_configs]
+        or [{"job_name": SCRAPE_JOB, "static_configs": [{"targets": [exporter_target]}]}],
     }
     return str(yaml.safe_dump(config, sort_keys=False, default_flow_style=False))
 
@@ -393,18 +429,21 @@ def start_alertmanager(directory: Path, config_text: str, port: int) -> Server:
     binary = require_binary("prometheus-alertmanager", "alertmanager")
     config = directory / "alertmanager.yml"
     config.write_text(config_text)
-    run_check([require_binary("amtool"), "check-config", str(config)],
-              "the test's Alertmanager config")
+    run_check([require_binary("amtool"), "check-config", str(config)], "the test's Alertmanager config")
     storage = directory / "data"
     storage.mkdir()
-    process = ManagedProcess("alertmanager", [
-        binary,
-        f"--config.file={config}",
-        f"--storage.path={storage}",
-        f"--web.listen-address={LOOPBACK}:{port}",
-        "--cluster.listen-address=",  # no gossip: a single, isolated instance
-        "--log.level=debug",
-    ], directory / "alertmanager.log")
+    process = ManagedProcess(
+        "alertmanager",
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.path={storage}",
+            f"--web.listen-address={LOOPBACK}:{port}",
+            "--cluster.listen-address=",  # no gossip: a single, isolated instance
+            "--log.level=debug",
+        ],
+        directory / "alertmanager.log",
+    )
     return _start_ready(process, port)
 
 
@@ -426,26 +465,30 @@ def start_prometheus(directory: Path, config_text: str, rules_text: str, port: i
     rules.write_text(rules_text)
     config = directory / "prometheus.yml"
     config.write_text(config_text)
-    run_check([require_binary("promtool"), "check", "config", str(config)],
-              "the test's Prometheus config or rules")
+    run_check(
+        [require_binary("promtool"), "check", "config", str(config)], "the test's Prometheus config or rules"
+    )
     storage = directory / "data"
     storage.mkdir()
-    process = ManagedProcess("prometheus", [
-        binary,
-        f"--config.file={config}",
-        f"--storage.tsdb.path={storage}",
-        f"--web.listen-address={LOOPBACK}:{port}",
-        # Firing alerts are re-sent at this pace (default 1m); resolutions go out at once.
-        "--rules.alert.resend-delay=1s",
-        "--log.level=info",
-    ], directory / "prometheus.log")
+    process = ManagedProcess(
+        "prometheus",
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={storage}",
+            f"--web.listen-address={LOOPBACK}:{port}",
+            # Firing alerts are re-sent at this pace (default 1m); resolutions go out at once.
+            "--rules.alert.resend-delay=1s",
+            "--log.level=info",
+        ],
+        directory / "prometheus.log",
+    )
     return _start_ready(process, port)
 
 
 def query(prometheus: Server, expr: str) -> list[dict[str, Any]]:
     """An instant query's result vector; raises on an API error (e.g. a PromQL syntax error)."""
-    answer = get_json(f"{prometheus.url}/api/v1/query?"
-                      + urllib.parse.urlencode({"query": expr}))
+    answer = get_json(f"{prometheus.url}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
     if answer.get("status") != "success":
         raise StackError(f"query {expr!r} failed: {answer}")
     result = answer["data"]["result"]

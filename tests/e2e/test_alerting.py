@@ -212,19 +212,23 @@ class CycleTracker:
 def exporter(kafka: KafkaCluster, topic: str, spark: SparkSession, states: TransactionStates
              ) -> Iterator[Daemon]:  # fmt: skip
     """The daemon in-process on the shared Spark session, watching only the test topic."""
-    config = parse_config({
-        "clusters": [{
-            "name": CLUSTER,
-            "bootstrap_servers": kafka.bootstrap_servers,
-            "interval": "2s",
-            "request_timeout": "1s",
-            "topics": {"allow": [re.escape(topic)]},
-        }],
-        "web": {"listen_address": f"{LOOPBACK}:0"},
-        "pipeline": {"hanging_confirm_cycles": 1},
-    }, env={})
-    daemon = Daemon(config, pipeline=PipelineRunner(config.spark, config.pipeline,
-                                                    session=spark))
+    config = parse_config(
+        {
+            "clusters": [
+                {
+                    "name": CLUSTER,
+                    "bootstrap_servers": kafka.bootstrap_servers,
+                    "interval": "2s",
+                    "request_timeout": "1s",
+                    "topics": {"allow": [re.escape(topic)]},
+                }
+            ],
+            "web": {"listen_address": f"{LOOPBACK}:0"},
+            "pipeline": {"hanging_confirm_cycles": 1},
+        },
+        env={},
+    )
+    daemon = Daemon(config, pipeline=PipelineRunner(config.spark, config.pipeline, session=spark))
     tracker = CycleTracker()
     for job in daemon.jobs:  # the scheduler picks run_cycle up in start()
         job.run_cycle = tracker.wrap(job.run_cycle)  # type: ignore[method-assign]
@@ -283,9 +287,11 @@ def hanging_page(stand_in: PagerDutyStandIn, txn: HangingTransaction) -> dict[st
     """The first ``trigger`` event for the hanging alert on ``txn``'s partition, if any."""
     where = f"{txn.topic}-{txn.partition} "
     for event in stand_in.pagerduty_events():
-        if (event.get("event_action") == "trigger"
-                and payload(event).get("class") == HANGING_ALERT
-                and where in str(payload(event).get("summary", ""))):
+        if (
+            event.get("event_action") == "trigger"
+            and payload(event).get("class") == HANGING_ALERT
+            and where in str(payload(event).get("summary", ""))
+        ):
             return event
     return None
 
@@ -299,8 +305,11 @@ def resolution(stand_in: PagerDutyStandIn, dedup_key: str) -> dict[str, Any] | N
 
 def abort_arguments(description: str) -> list[str]:
     """The ``abort`` flags of the command the page's description tells the operator to run."""
-    match = re.search(r"kafka-txn-exporter abort (--topic \S+ --partition \d+ "
-                      r"--start-offset \d+)", description)
+    match = re.search(
+        r"kafka-txn-exporter abort (--topic \S+ --partition \d+ "
+        r"--start-offset \d+)",
+        description,
+    )
     assert match, f"the page does not name the abort command:\n{description}"
     return match.group(1).split()
 
@@ -318,8 +327,11 @@ class DashboardQueries:
         return [e for e in self.expressions if in_flight(e)]
 
     def missing(self) -> list[str]:
-        return [e for e in self.expressions if self.series.get(e, 0) == 0
-                and e not in ALLOWED_EMPTY and not in_flight(e)]
+        return [
+            e
+            for e in self.expressions
+            if self.series.get(e, 0) == 0 and e not in ALLOWED_EMPTY and not in_flight(e)
+        ]
 
     def all_have_data(self) -> bool | None:
         self.series = {expr: len(query(self._prometheus, expr)) for expr in self.expressions}
@@ -328,8 +340,13 @@ class DashboardQueries:
     def describe(self) -> str:
         lines = ["--- dashboard queries (series returned):"]
         for expr in self.expressions:
-            note = (" (allowed empty)" if expr in ALLOWED_EMPTY
-                    else " (skipped: family not emitted yet)" if in_flight(expr) else "")
+            note = (
+                " (allowed empty)"
+                if expr in ALLOWED_EMPTY
+                else " (skipped: family not emitted yet)"
+                if in_flight(expr)
+                else ""
+            )
             lines.append(f"{self.series.get(expr, '?')!s:>4}  {expr}{note}")
         return "\n".join(lines)
 
@@ -354,23 +371,27 @@ def test_hanging_transaction_pages_and_resolves_after_cli_abort(
 
     def diagnostics() -> str:
         state = exporter.store.get(CLUSTER)
-        return "\n\n".join([
-            f"--- Prometheus /api/v1/alerts:\n{describe_json(prometheus.url + '/api/v1/alerts')}",
-            f"--- Alertmanager /api/v2/alerts:\n"
-            f"{describe_json(alertmanager.url + '/api/v2/alerts')}",
-            stand_in.describe(),
-            f"--- Prometheus targets:\n{describe_json(prometheus.url + '/api/v1/targets')}",
-            dashboards.describe(),
-            f"--- exporter: up {state.up}, {state.cycles_complete} complete cycle(s), last "
-            f"stages (s): {dict(state.stage_seconds)}",
-            prometheus.process.describe(),
-            alertmanager.process.describe(),
-        ])
+        return "\n\n".join(
+            [
+                f"--- Prometheus /api/v1/alerts:\n{describe_json(prometheus.url + '/api/v1/alerts')}",
+                f"--- Alertmanager /api/v2/alerts:\n{describe_json(alertmanager.url + '/api/v2/alerts')}",
+                stand_in.describe(),
+                f"--- Prometheus targets:\n{describe_json(prometheus.url + '/api/v1/targets')}",
+                dashboards.describe(),
+                f"--- exporter: up {state.up}, {state.cycles_complete} complete cycle(s), last "
+                f"stages (s): {dict(state.stage_seconds)}",
+                prometheus.process.describe(),
+                alertmanager.process.describe(),
+            ]
+        )
 
     # 1. The hanging transaction pages, naming topic, partition and producer id.
-    page = wait_until(lambda: hanging_page(stand_in, txn), timeout_s=PAGE_WAIT_S,
-                      what=f"a PagerDuty trigger for {HANGING_ALERT} on "
-                           f"{txn.topic}-{txn.partition}", diagnostics=diagnostics)
+    page = wait_until(
+        lambda: hanging_page(stand_in, txn),
+        timeout_s=PAGE_WAIT_S,
+        what=f"a PagerDuty trigger for {HANGING_ALERT} on {txn.topic}-{txn.partition}",
+        diagnostics=diagnostics,
+    )
     log.info("paged after %.1f s: %s", time.monotonic() - started, page)
     details = custom_details(page)
     description = str(details.get("description", ""))
@@ -380,7 +401,8 @@ def test_hanging_transaction_pages_and_resolves_after_cli_abort(
     assert payload(page)["group"] == CLUSTER, page  # kafka_cluster, not the Kubernetes cluster
     assert details.get("namespace") == NAMESPACE, page  # kept through the rule's aggregation
     assert payload(page)["summary"] == (
-        f"Hanging transaction on {txn.topic}-{txn.partition} in cluster {CLUSTER}"), page
+        f"Hanging transaction on {txn.topic}-{txn.partition} in cluster {CLUSTER}"
+    ), page
     assert f"Partition {txn.topic}-{txn.partition} " in description, page
     assert f"producer id {txn.producer_id} " in description, page
     assert f"'{txn.transactional_id}'" in description, page
@@ -389,27 +411,41 @@ def test_hanging_transaction_pages_and_resolves_after_cli_abort(
     # 2. Every dashboard query returns data while hanging, late, LSO lag and an open
     # legitimate transaction are all present, with a `cluster` target label on every series.
     if dashboards.skipped:
-        log.warning("dashboard queries skipped (families not emitted by the daemon on this "
-                    "branch yet):\n%s", "\n".join(dashboards.skipped))
-    wait_until(dashboards.all_have_data, timeout_s=DASHBOARD_WAIT_S,
-               what="every dashboard query to return data (0 = no series, below)",
-               diagnostics=diagnostics)
+        log.warning(
+            "dashboard queries skipped (families not emitted by the daemon on this branch yet):\n%s",
+            "\n".join(dashboards.skipped),
+        )
+    wait_until(
+        dashboards.all_have_data,
+        timeout_s=DASHBOARD_WAIT_S,
+        what="every dashboard query to return data (0 = no series, below)",
+        diagnostics=diagnostics,
+    )
     log.info("every dashboard query has data after %.1f s", time.monotonic() - started)
 
     # 3. The operator runs the abort the page names; the legitimate transaction stays open.
     flags = abort_arguments(description)
-    assert flags == ["--topic", txn.topic, "--partition", str(txn.partition),
-                     "--start-offset", str(txn.start_offset)], description
+    assert flags == [
+        "--topic",
+        txn.topic,
+        "--partition",
+        str(txn.partition),
+        "--start-offset",
+        str(txn.start_offset),
+    ], description
     assert SparkSession.getActiveSession() is not None, (
         "no active Spark session in the test thread: the CLI would start and stop one of its "
-        "own, stopping the session the daemon uses")
-    assert cli.main(["abort", "--bootstrap-server", kafka.bootstrap_servers, *flags,
-                     "--yes"]) == 0
+        "own, stopping the session the daemon uses"
+    )
+    assert cli.main(["abort", "--bootstrap-server", kafka.bootstrap_servers, *flags, "--yes"]) == 0
     log.info("aborted with the CLI after %.1f s", time.monotonic() - started)
 
     # 4. The page resolves: same dedup key, event_action resolve.
-    wait_until(lambda: resolution(stand_in, str(page["dedup_key"])), timeout_s=ALERT_WAIT_S,
-               what=f"the PagerDuty resolve for dedup_key {page['dedup_key']}",
-               diagnostics=diagnostics)
+    wait_until(
+        lambda: resolution(stand_in, str(page["dedup_key"])),
+        timeout_s=ALERT_WAIT_S,
+        what=f"the PagerDuty resolve for dedup_key {page['dedup_key']}",
+        diagnostics=diagnostics,
+    )
     log.info("resolved after %.1f s", time.monotonic() - started)
     assert states.legit.is_open

@@ -59,12 +59,18 @@ def open_start_offset(cluster: KafkaCluster, topic: str, partition: int) -> int:
     return starts[0]
 
 
-def read_committed(cluster: KafkaCluster, topic: str, partition: int, *, want: int,
-                   timeout_s: float) -> list[bytes]:
+def read_committed(
+    cluster: KafkaCluster, topic: str, partition: int, *, want: int, timeout_s: float
+) -> list[bytes]:
     """Values a read_committed consumer gets from the partition's start within the time."""
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
-                         "group.id": f"kte-cli-{uuid.uuid4().hex[:8]}",
-                         "isolation.level": "read_committed", "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": f"kte-cli-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
     try:
         consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
         values: list[bytes] = []
@@ -82,13 +88,14 @@ def read_committed(cluster: KafkaCluster, topic: str, partition: int, *, want: i
 
 
 def test_list_describe_and_describe_producers_agree_with_kafka(
-    kafka: KafkaCluster, topic: str, transactions_cli: TransactionsCommand,
+    kafka: KafkaCluster,
+    topic: str,
+    transactions_cli: TransactionsCommand,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     bs = ("--bootstrap-server", kafka.bootstrap_servers)
     committed = run_transaction(kafka.bootstrap_servers, topic, partition=1)
-    with OpenTransaction(kafka.bootstrap_servers, topic, partition=0,
-                         transaction_timeout_ms=600_000) as txn:
+    with OpenTransaction(kafka.bootstrap_servers, topic, partition=0, transaction_timeout_ms=600_000) as txn:
         txn.begin(records=2)
         ours_ids = {txn.transactional_id, committed.transactional_id}
 
@@ -96,36 +103,68 @@ def test_list_describe_and_describe_producers_agree_with_kafka(
         kafka_list = transactions_cli.list_transactions()
         kafka_described = transactions_cli.describe(txn.transactional_id)
         kafka_producers = transactions_cli.describe_producers(topic, 0)
-        code_d, described, _ = cli_json(capsys, "describe", *bs,
-                                        "--transactional-id", txn.transactional_id)
-        code_p, producers, _ = cli_json(capsys, "describe-producers", *bs, "--topic", topic,
-                                        "--partition", "0")
+        code_d, described, _ = cli_json(capsys, "describe", *bs, "--transactional-id", txn.transactional_id)
+        code_p, producers, _ = cli_json(
+            capsys, "describe-producers", *bs, "--topic", topic, "--partition", "0"
+        )
 
         assert (code, code_d, code_p) == (0, 0, 0)
-        mine = {(t["transactional_id"], t["coordinator_id"], t["producer_id"], t["state"])
-                for t in listed["transactions"] if t["transactional_id"] in ours_ids}
-        theirs = {(t.transactional_id, t.coordinator, t.producer_id, t.state)
-                  for t in kafka_list if t.transactional_id in ours_ids}
+        mine = {
+            (t["transactional_id"], t["coordinator_id"], t["producer_id"], t["state"])
+            for t in listed["transactions"]
+            if t["transactional_id"] in ours_ids
+        }
+        theirs = {
+            (t.transactional_id, t.coordinator, t.producer_id, t.state)
+            for t in kafka_list
+            if t.transactional_id in ours_ids
+        }
         assert mine == theirs
         assert {s for *_, s in mine} == {"Ongoing", "CompleteCommit"}
 
-        assert (described["coordinator_id"], described["transactional_id"],
-                described["producer_id"], described["producer_epoch"], described["state"],
-                described["transaction_timeout_ms"], described["start_time_ms"],
-                tuple(described["partitions"])) == (
-            kafka_described.coordinator, kafka_described.transactional_id,
-            kafka_described.producer_id, kafka_described.producer_epoch, kafka_described.state,
-            kafka_described.timeout_ms, kafka_described.start_time_ms,
-            tuple(sorted(kafka_described.partitions)))
+        assert (
+            described["coordinator_id"],
+            described["transactional_id"],
+            described["producer_id"],
+            described["producer_epoch"],
+            described["state"],
+            described["transaction_timeout_ms"],
+            described["start_time_ms"],
+            tuple(described["partitions"]),
+        ) == (
+            kafka_described.coordinator,
+            kafka_described.transactional_id,
+            kafka_described.producer_id,
+            kafka_described.producer_epoch,
+            kafka_described.state,
+            kafka_described.timeout_ms,
+            kafka_described.start_time_ms,
+            tuple(sorted(kafka_described.partitions)),
+        )
         assert described["partitions"] == [f"{topic}-0"]
 
         assert producers["broker_id"] == kafka.leader_of(topic, 0)
-        assert [(p["producer_id"], p["producer_epoch"], p["coordinator_epoch"],
-                 p["last_sequence"], p["last_timestamp_ms"], p["current_txn_start_offset"])
-                for p in producers["producers"]] == [
-            (p.producer_id, p.producer_epoch, p.coordinator_epoch, p.last_sequence,
-             p.last_timestamp_ms, p.current_txn_start_offset)
-            for p in sorted(kafka_producers, key=lambda p: p.producer_id)]
+        assert [
+            (
+                p["producer_id"],
+                p["producer_epoch"],
+                p["coordinator_epoch"],
+                p["last_sequence"],
+                p["last_timestamp_ms"],
+                p["current_txn_start_offset"],
+            )
+            for p in producers["producers"]
+        ] == [
+            (
+                p.producer_id,
+                p.producer_epoch,
+                p.coordinator_epoch,
+                p.last_sequence,
+                p.last_timestamp_ms,
+                p.current_txn_start_offset,
+            )
+            for p in sorted(kafka_producers, key=lambda p: p.producer_id)
+        ]
 
         # Kafka's filters (ListTransactions v0, v1 and v2 on this broker) and ours.
         pattern = re.escape(txn.transactional_id)
@@ -142,14 +181,22 @@ def test_list_describe_and_describe_producers_agree_with_kafka(
 
     code, table, _ = cli(capsys, "describe-producers", *bs, "--topic", topic, "--partition", "0")
     assert code == 0
-    assert table.splitlines()[0].split() == ["ProducerId", "ProducerEpoch",
-                                             "LatestCoordinatorEpoch", "LastSequence",
-                                             "LastTimestamp", "CurrentTransactionStartOffset"]
+    assert table.splitlines()[0].split() == [
+        "ProducerId",
+        "ProducerEpoch",
+        "LatestCoordinatorEpoch",
+        "LastSequence",
+        "LastTimestamp",
+        "CurrentTransactionStartOffset",
+    ]
     assert table.splitlines()[1].split()[-1] == "None"  # no open transaction, as Kafka prints
 
 
 def test_kafka_errors_name_the_broker_and_the_error_code(
-    kafka: KafkaCluster, topic: str, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    kafka: KafkaCluster,
+    topic: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
     bs = ("--bootstrap-server", kafka.bootstrap_servers)
     code, out, err = cli(capsys, "describe", *bs, "--transactional-id", "kte-no-such-id")
@@ -170,9 +217,13 @@ def test_kafka_errors_name_the_broker_and_the_error_code(
 
     # The installed entry point, and an unreachable cluster: exit 3.
     entry = Path(sys.executable).parent / "kafka-txn-exporter"
-    run = subprocess.run([str(entry), "list", "--bootstrap-server", "127.0.0.1:1",
-                          "--request-timeout", "2s"], capture_output=True, text=True,
-                         timeout=60, check=False)
+    run = subprocess.run(
+        [str(entry), "list", "--bootstrap-server", "127.0.0.1:1", "--request-timeout", "2s"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert run.returncode == 3, run.stderr
     assert "127.0.0.1:1" in run.stderr
 
@@ -182,44 +233,54 @@ def test_kafka_errors_name_the_broker_and_the_error_code(
 
 @pytest.mark.spark
 def test_find_hanging_reports_what_kafka_reports_aged_from_the_start(
-    kafka: KafkaCluster, topic: str, hanging: HangingFactory,
-    transactions_cli: TransactionsCommand, spark: SparkSession,
+    kafka: KafkaCluster,
+    topic: str,
+    hanging: HangingFactory,
+    transactions_cli: TransactionsCommand,
+    spark: SparkSession,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # Partition 0: hanging since three hours, but its producer wrote to it again just now:
     # LastTimestamp is fresh, the start is not.
     first = create_hanging_transaction(kafka, topic, partition=0, backdate_ms=3 * HOUR_MS)
-    again = create_hanging_transaction(kafka, topic, partition=0,
-                                       transactional_id=first.transactional_id)
+    again = create_hanging_transaction(kafka, topic, partition=0, transactional_id=first.transactional_id)
     # Partition 1: a hanging transaction, two hours old.
     old = hanging(topic, partition=1, backdate_ms=2 * HOUR_MS)
     # Partition 2: a committed transaction, then a legitimate open one: not hanging.
     run_transaction(kafka.bootstrap_servers, topic, partition=2)
-    with OpenTransaction(kafka.bootstrap_servers, topic, partition=2,
-                         transaction_timeout_ms=600_000) as legit:
+    with OpenTransaction(
+        kafka.bootstrap_servers, topic, partition=2, transaction_timeout_ms=600_000
+    ) as legit:
         legit.begin()
         try:
-            code, found, err = cli_json(capsys, "find-hanging", "--bootstrap-server",
-                                        kafka.bootstrap_servers, "--topic", topic)
+            code, found, err = cli_json(
+                capsys, "find-hanging", "--bootstrap-server", kafka.bootstrap_servers, "--topic", topic
+            )
             kafka_all = transactions_cli.find_hanging(topic=topic, max_transaction_timeout_min=0)
             kafka_default = transactions_cli.find_hanging(topic=topic)
         finally:
             transactions_cli.abort(topic, 0, first.start_offset)
 
     assert code == 1, err
-    mine = {(f["topic"], f["partition"], f["producer_id"], f["start_offset"]): f
-            for f in found["hanging"]}
+    mine = {(f["topic"], f["partition"], f["producer_id"], f["start_offset"]): f for f in found["hanging"]}
     # Every transaction Kafka reports (even with no age limit), with the same fields.
     for k in kafka_all:
         assert (k.topic, k.partition, k.producer_id, k.start_offset) in mine, (found, err)
         f = mine[(k.topic, k.partition, k.producer_id, k.start_offset)]
         assert (f["producer_epoch"], f["coordinator_epoch"], f["last_timestamp_ms"]) == (
-            k.producer_epoch, k.coordinator_epoch, k.last_timestamp_ms)
+            k.producer_epoch,
+            k.coordinator_epoch,
+            k.last_timestamp_ms,
+        )
         assert f["reason"] is not None
     assert {(k.partition, k.start_offset) for k in kafka_all} == {
-        (0, first.start_offset), (1, old.start_offset)}
-    assert set(mine) == {(topic, 0, first.producer_id, first.start_offset),
-                         (topic, 1, old.producer_id, old.start_offset)}
+        (0, first.start_offset),
+        (1, old.start_offset),
+    }
+    assert set(mine) == {
+        (topic, 0, first.producer_id, first.start_offset),
+        (topic, 1, old.producer_id, old.start_offset),
+    }
 
     # Partition 0: Kafka ages it from LastTimestamp (minutes), we from its first batch.
     resumed = mine[(topic, 0, first.producer_id, first.start_offset)]
@@ -241,7 +302,10 @@ def test_find_hanging_reports_what_kafka_reports_aged_from_the_start(
 
 @pytest.mark.spark
 def test_abort_hanging_transaction_unblocks_read_committed_consumers(
-    kafka: KafkaCluster, topic: str, hanging: HangingFactory, spark: SparkSession,
+    kafka: KafkaCluster,
+    topic: str,
+    hanging: HangingFactory,
+    spark: SparkSession,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     txn = hanging(topic, partition=0, backdate_ms=2 * HOUR_MS)
@@ -249,15 +313,27 @@ def test_abort_hanging_transaction_unblocks_read_committed_consumers(
     assert read_committed(kafka, topic, 0, want=1, timeout_s=3) == []
     hwm, lso = kafka.end_offsets(topic, 0)
     assert lso == txn.start_offset
-    abort = ("abort", "--bootstrap-server", kafka.bootstrap_servers, "--topic", topic,
-             "--partition", "0", "--start-offset", str(txn.start_offset))
+    abort = (
+        "abort",
+        "--bootstrap-server",
+        kafka.bootstrap_servers,
+        "--topic",
+        topic,
+        "--partition",
+        "0",
+        "--start-offset",
+        str(txn.start_offset),
+    )
 
     # Without --yes: the plan, and nothing changes.
     code, plan, err = cli_json(capsys, *abort)
     assert code == 0, err
     assert plan["result"] == "dry_run"
     assert (plan["producer_id"], plan["producer_epoch"], plan["lso_before"]) == (
-        txn.producer_id, txn.producer_epoch, lso)
+        txn.producer_id,
+        txn.producer_epoch,
+        lso,
+    )
     assert plan["reason"] is not None
     assert plan["start_time_ms"] == txn.timestamp_ms
     assert kafka.end_offsets(topic, 0) == (hwm, lso)
@@ -279,16 +355,19 @@ def test_abort_hanging_transaction_unblocks_read_committed_consumers(
 
 @pytest.mark.spark
 def test_abort_refuses_a_legitimate_transaction_and_force_terminate_ends_it(
-    kafka: KafkaCluster, topic: str, spark: SparkSession, capsys: pytest.CaptureFixture[str],
+    kafka: KafkaCluster,
+    topic: str,
+    spark: SparkSession,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     bs = ("--bootstrap-server", kafka.bootstrap_servers)
-    with OpenTransaction(kafka.bootstrap_servers, topic, partition=0,
-                         transaction_timeout_ms=600_000) as txn:
+    with OpenTransaction(kafka.bootstrap_servers, topic, partition=0, transaction_timeout_ms=600_000) as txn:
         txn.begin(records=2)
         start = open_start_offset(kafka, topic, 0)
 
-        code, out, err = cli(capsys, "abort", *bs, "--topic", topic, "--partition", "0",
-                             "--start-offset", str(start), "--yes")
+        code, out, err = cli(
+            capsys, "abort", *bs, "--topic", topic, "--partition", "0", "--start-offset", str(start), "--yes"
+        )
         assert code == 1
         assert out == ""
         assert "not hanging" in err and txn.transactional_id in err
@@ -296,8 +375,9 @@ def test_abort_refuses_a_legitimate_transaction_and_force_terminate_ends_it(
         assert open_start_offset(kafka, topic, 0) == start
 
         stale = str(start + 1000)
-        code, _, err = cli(capsys, "abort", *bs, "--topic", topic, "--partition", "0",
-                           "--start-offset", stale)
+        code, _, err = cli(
+            capsys, "abort", *bs, "--topic", topic, "--partition", "0", "--start-offset", stale
+        )
         assert code == 1
         assert f"no open transaction starts at offset {stale}" in err
 
@@ -325,14 +405,15 @@ def test_abort_refuses_a_legitimate_transaction_and_force_terminate_ends_it(
 
 
 def test_doctor_finds_nothing_missing_on_a_broker_that_allows_everything(
-    kafka: KafkaCluster, topic: str, capsys: pytest.CaptureFixture[str],
+    kafka: KafkaCluster,
+    topic: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     run_transaction(kafka.bootstrap_servers, topic, partition=0)  # __transaction_state exists
     bs = ("--bootstrap-server", kafka.bootstrap_servers)
     code, doc, err = cli_json(capsys, "doctor", *bs)
     assert code == 0, err
-    results = {(c["resource_type"], c["resource"], c["operation"]): c["permission"]
-               for c in doc["checks"]}
+    results = {(c["resource_type"], c["resource"], c["operation"]): c["permission"] for c in doc["checks"]}
     assert results == {
         ("Topic", "*", "Describe"): "ok",
         ("Topic", "__transaction_state", "Describe"): "ok",
@@ -355,19 +436,25 @@ def test_doctor_finds_nothing_missing_on_a_broker_that_allows_everything(
 
 @pytest.mark.spark
 def test_abort_reads_the_coordinators_again_before_writing(
-    kafka: KafkaCluster, topic: str, hanging: HangingFactory,
+    kafka: KafkaCluster,
+    topic: str,
+    hanging: HangingFactory,
 ) -> None:
     from exporter.kafka.admin import ClusterAdmin
     from exporter.operator.actions import coordinator_owner
 
     stuck = hanging(topic, partition=1)
-    with OpenTransaction(kafka.bootstrap_servers, topic, partition=0,
-                         transaction_timeout_ms=600_000) as txn, \
-            ClusterAdmin(bootstrap_servers=kafka.bootstrap_servers) as admin:
+    with (
+        OpenTransaction(kafka.bootstrap_servers, topic, partition=0, transaction_timeout_ms=600_000) as txn,
+        ClusterAdmin(bootstrap_servers=kafka.bootstrap_servers) as admin,
+    ):
         txn.begin()
         leader = kafka.leader_of(topic, 0)
-        [live] = [p for p in admin.describe_producers({leader: [(topic, 0)]}).rows
-                  if p.current_txn_start_offset >= 0]
+        [live] = [
+            p
+            for p in admin.describe_producers({leader: [(topic, 0)]}).rows
+            if p.current_txn_start_offset >= 0
+        ]
         owner = coordinator_owner(admin, live.producer_id, topic, 0)
         assert owner is not None
         assert (owner.transactional_id, owner.state) == (txn.transactional_id, "Ongoing")
@@ -378,11 +465,14 @@ def test_abort_reads_the_coordinators_again_before_writing(
 
 
 def test_force_terminate_refuses_when_the_producer_re_initialised_since_the_dry_run(
-    kafka: KafkaCluster, topic: str, capsys: pytest.CaptureFixture[str],
+    kafka: KafkaCluster,
+    topic: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     bs = ("--bootstrap-server", kafka.bootstrap_servers)
-    with OpenTransaction(kafka.bootstrap_servers, topic, partition=0,
-                         transaction_timeout_ms=600_000) as first:
+    with OpenTransaction(
+        kafka.bootstrap_servers, topic, partition=0, transaction_timeout_ms=600_000
+    ) as first:
         first.begin()
         terminate = ("force-terminate", *bs, "--transactional-id", first.transactional_id)
         code, plan, err = cli_json(capsys, *terminate)
@@ -390,16 +480,21 @@ def test_force_terminate_refuses_when_the_producer_re_initialised_since_the_dry_
         seen = plan["expected_producer_epoch"]
         assert seen == plan["before"]["producer_epoch"]
         # The application restarts: InitProducerId bumps the epoch, a new transaction opens.
-        with OpenTransaction(kafka.bootstrap_servers, topic, partition=0,
-                             transactional_id=first.transactional_id,
-                             transaction_timeout_ms=600_000) as second:
+        with OpenTransaction(
+            kafka.bootstrap_servers,
+            topic,
+            partition=0,
+            transactional_id=first.transactional_id,
+            transaction_timeout_ms=600_000,
+        ) as second:
             first.is_open = False  # fenced
             second.begin()
             code, out, err = cli(capsys, *terminate, "--producer-epoch", str(seen), "--yes")
             assert code == 1
             assert out == ""
             assert f"not {seen} (--producer-epoch)" in err and "nothing was changed" in err
-            code, described, _ = cli_json(capsys, "describe", *bs, "--transactional-id",
-                                          first.transactional_id)
+            code, described, _ = cli_json(
+                capsys, "describe", *bs, "--transactional-id", first.transactional_id
+            )
             assert described["state"] == "Ongoing"
             assert described["producer_epoch"] > seen

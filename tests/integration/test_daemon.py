@@ -40,12 +40,22 @@ LATE_BACKDATE_MS = 30 * 60 * 1000  # past transaction.max.timeout.ms (15 min) + 
 
 
 def make_config(bootstrap: str, **cluster: object) -> Config:
-    return parse_config({
-        "web": {"listen_address": "127.0.0.1:0"},
-        "pipeline": {"hanging_confirm_cycles": 1, "lso_lag_series": "all"},
-        "clusters": [{"name": "test", "bootstrap_servers": bootstrap, "interval": "2s",
-                      "request_timeout": "1500ms", **cluster}],
-    }, env={})
+    return parse_config(
+        {
+            "web": {"listen_address": "127.0.0.1:0"},
+            "pipeline": {"hanging_confirm_cycles": 1, "lso_lag_series": "all"},
+            "clusters": [
+                {
+                    "name": "test",
+                    "bootstrap_servers": bootstrap,
+                    "interval": "2s",
+                    "request_timeout": "1500ms",
+                    **cluster,
+                }
+            ],
+        },
+        env={},
+    )
 
 
 @pytest.fixture
@@ -54,8 +64,11 @@ def daemon_for(spark: SparkSession) -> Iterator[Callable[..., Daemon]]:
 
     def factory(bootstrap: str, **cluster: object) -> Daemon:
         config = make_config(bootstrap, **cluster)
-        daemon = Daemon(config, registry=CollectorRegistry(),
-                        pipeline=PipelineRunner(config.spark, config.pipeline, session=spark))
+        daemon = Daemon(
+            config,
+            registry=CollectorRegistry(),
+            pipeline=PipelineRunner(config.spark, config.pipeline, session=spark),
+        )
         made.append(daemon)
         return daemon
 
@@ -74,14 +87,21 @@ def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None
 
 
 def hanging_series(registry: CollectorRegistry) -> list[dict[str, str]]:
-    return [dict(s.labels) for m in registry.collect() if m.name == "kafka_txn_hanging_transaction_info"
-            for s in m.samples]
+    return [
+        dict(s.labels)
+        for m in registry.collect()
+        if m.name == "kafka_txn_hanging_transaction_info"
+        for s in m.samples
+    ]
 
 
 @pytest.mark.parametrize("kafka_any", KAFKA_CLUSTERS, indirect=True)
 def test_every_scenario_matches_kafkas_own_tools(
-    kafka_any: KafkaCluster, kafka_dist: KafkaDistribution, topic: str,
-    hanging: HangingFactory, transactions_cli: TransactionsCommand,
+    kafka_any: KafkaCluster,
+    kafka_dist: KafkaDistribution,
+    topic: str,
+    hanging: HangingFactory,
+    transactions_cli: TransactionsCommand,
     daemon_for: Callable[..., Daemon],
 ) -> None:
     bootstrap = kafka_any.bootstrap_servers
@@ -97,7 +117,8 @@ def test_every_scenario_matches_kafkas_own_tools(
         # The hanging transaction, with what an operator needs to abort it.
         found = [s for s in hanging_series(registry) if s["topic"] == topic]
         assert [(s["partition"], s["producer_id"], s["start_offset"]) for s in found] == [
-            ("1", str(stuck.producer_id), str(stuck.start_offset))]
+            ("1", str(stuck.producer_id), str(stuck.start_offset))
+        ]
         assert found[0]["transactional_id"] == stuck.transactional_id
         # The coordinator went back to Empty: Kafka calls it "partition not in the transaction".
         assert found[0]["reason"] in ("coordinator_not_open", "partition_not_in_transaction")
@@ -105,27 +126,43 @@ def test_every_scenario_matches_kafkas_own_tools(
         assert value(registry, "kafka_txn_hanging_transactions", broker=str(stuck.leader)) == 1
         # The legitimate open transaction is open and ongoing, not hanging.
         assert (value(registry, "kafka_txn_open_transactions", **{"class": "ongoing"}) or 0) >= 1
-        assert value(registry, "kafka_txn_partition_max_active_transaction_duration_seconds",
-                     topic=topic, partition="2") is not None
+        assert (
+            value(
+                registry,
+                "kafka_txn_partition_max_active_transaction_duration_seconds",
+                topic=topic,
+                partition="2",
+            )
+            is not None
+        )
 
         # Oracle 1: everything Kafka's own find-hanging reports, we report.
-        theirs = {(h.topic, h.partition, h.producer_id, h.start_offset)
-                  for h in transactions_cli.find_hanging(topic=topic, max_transaction_timeout_min=0)}
-        ours = {(s["topic"], int(s["partition"]), int(s["producer_id"]), int(s["start_offset"]))
-                for s in found}
+        theirs = {
+            (h.topic, h.partition, h.producer_id, h.start_offset)
+            for h in transactions_cli.find_hanging(topic=topic, max_transaction_timeout_min=0)
+        }
+        ours = {
+            (s["topic"], int(s["partition"]), int(s["producer_id"]), int(s["start_offset"])) for s in found
+        }
         assert theirs, "Kafka's find-hanging should see the injected transaction"
         assert theirs <= ours
 
         # Oracle 2: the brokers' JMX gauges (read after the cycle; nothing changes between).
         for node_id, node in kafka_any.nodes.items():
             jmx = JmxTool(kafka_dist, node.jmx_port)
-            assert value(registry, "kafka_txn_partitions_with_late_transactions",
-                         broker=str(node_id)) == jmx.late_transactions()
+            assert (
+                value(registry, "kafka_txn_partitions_with_late_transactions", broker=str(node_id))
+                == jmx.late_transactions()
+            )
             for partition in range(3):
                 if kafka_any.leader_of(topic, partition) != node_id:
                     continue
-                assert value(registry, "kafka_txn_partition_last_stable_offset_lag",
-                             topic=topic, partition=str(partition)) == jmx.lso_lag(topic, partition)
+                assert value(
+                    registry,
+                    "kafka_txn_partition_last_stable_offset_lag",
+                    topic=topic,
+                    partition=str(partition),
+                ) == jmx.lso_lag(topic, partition)
         lag = value(registry, "kafka_txn_partition_last_stable_offset_lag", topic=topic, partition="2")
         assert lag is not None and lag >= 5
 
@@ -137,8 +174,12 @@ def test_every_scenario_matches_kafkas_own_tools(
     while True:
         registry = cycle(daemon)
         lag = value(registry, "kafka_txn_partition_last_stable_offset_lag", topic=topic, partition="2")
-        age = value(registry, "kafka_txn_partition_max_active_transaction_duration_seconds",
-                    topic=topic, partition="2")
+        age = value(
+            registry,
+            "kafka_txn_partition_max_active_transaction_duration_seconds",
+            topic=topic,
+            partition="2",
+        )
         if (lag == 0 and age is None) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
@@ -148,23 +189,31 @@ def test_every_scenario_matches_kafkas_own_tools(
 
 
 def test_coordinator_timeout_abort_is_counted(
-    kafka: KafkaCluster, topic: str, daemon_for: Callable[..., Daemon],
+    kafka: KafkaCluster,
+    topic: str,
+    daemon_for: Callable[..., Daemon],
 ) -> None:
     daemon = daemon_for(kafka.bootstrap_servers, topics={"allow": [topic]})
     registry = cycle(daemon)
     # The counter exists at 0 for every coordinator before any abort (rate() has data).
     assert value(registry, "kafka_txn_coordinator_timeout_aborts_total", coordinator="1") is not None
-    before = sum(s.value for m in registry.collect()
-                 if m.name == "kafka_txn_coordinator_timeout_aborts" for s in m.samples
-                 if s.name.endswith("_total"))
+    before = sum(
+        s.value
+        for m in registry.collect()
+        if m.name == "kafka_txn_coordinator_timeout_aborts"
+        for s in m.samples
+        if s.name.endswith("_total")
+    )
     # Cycles run while the producer goes quiet until its coordinator aborts it (KIP-588).
     stop_at = time.monotonic() + 60
     import threading
 
     result: list[object] = []
-    worker = threading.Thread(target=lambda: result.append(
-        run_coordinator_timeout(kafka.bootstrap_servers, topic, partition=0,
-                                transaction_timeout_ms=3000)))
+    worker = threading.Thread(
+        target=lambda: result.append(
+            run_coordinator_timeout(kafka.bootstrap_servers, topic, partition=0, transaction_timeout_ms=3000)
+        )
+    )
     worker.start()
     while worker.is_alive() and time.monotonic() < stop_at:
         cycle(daemon)
@@ -174,9 +223,13 @@ def test_coordinator_timeout_abort_is_counted(
     after = before
     for _ in range(3):
         registry = cycle(daemon)
-        after = sum(s.value for m in registry.collect()
-                    if m.name == "kafka_txn_coordinator_timeout_aborts" for s in m.samples
-                    if s.name.endswith("_total"))
+        after = sum(
+            s.value
+            for m in registry.collect()
+            if m.name == "kafka_txn_coordinator_timeout_aborts"
+            for s in m.samples
+            if s.name.endswith("_total")
+        )
         if after > before:
             break
     assert after == before + 1
@@ -184,11 +237,13 @@ def test_coordinator_timeout_abort_is_counted(
 
 @pytest.mark.cluster
 def test_one_broker_down_loses_only_its_part(
-    kafka_cluster3: KafkaCluster, daemon_for: Callable[..., Daemon],
+    kafka_cluster3: KafkaCluster,
+    daemon_for: Callable[..., Daemon],
 ) -> None:
     cluster = kafka_cluster3
-    topic = cluster.create_topic(f"down-{os.getpid()}-{time.monotonic_ns()}", partitions=6,
-                                 replication_factor=1)
+    topic = cluster.create_topic(
+        f"down-{os.getpid()}-{time.monotonic_ns()}", partitions=6, replication_factor=1
+    )
     leaders = cluster.partition_leaders(topic)
     victim = 3
     assert victim in leaders.values() and len(set(leaders.values())) > 1
@@ -199,8 +254,9 @@ def test_one_broker_down_loses_only_its_part(
         registry = cycle(daemon)
         assert value(registry, "kafka_txn_exporter_up") == 0
         for partition, leader in leaders.items():
-            lag = value(registry, "kafka_txn_partition_last_stable_offset_lag", topic=topic,
-                        partition=str(partition))
+            lag = value(
+                registry, "kafka_txn_partition_last_stable_offset_lag", topic=topic, partition=str(partition)
+            )
             if leader != victim:
                 assert lag == 0, f"partition {partition} on a live broker lost its metrics"
         assert value(registry, "kafka_txn_exporter_cycles_total", result="partial") == 1
@@ -213,7 +269,8 @@ def test_one_broker_down_loses_only_its_part(
 
 
 def test_cluster_unreachable_then_back(
-    kafka: KafkaCluster, daemon_for: Callable[..., Daemon],
+    kafka: KafkaCluster,
+    daemon_for: Callable[..., Daemon],
 ) -> None:
     daemon = daemon_for(kafka.bootstrap_servers)
     assert value(cycle(daemon), "kafka_txn_exporter_up") == 1
@@ -241,7 +298,8 @@ def http_get(url: str) -> tuple[int, str]:
 
 
 def test_endpoints_readiness_and_promtool(
-    kafka: KafkaCluster, daemon_for: Callable[..., Daemon],
+    kafka: KafkaCluster,
+    daemon_for: Callable[..., Daemon],
 ) -> None:
     dead = daemon_for(f"127.0.0.1:{free_port()}", request_timeout="500ms")
     dead.start()
@@ -263,8 +321,9 @@ def test_endpoints_readiness_and_promtool(
     assert 'kafka_txn_exporter_up{kafka_cluster="test"} 1.0' in text
     promtool = shutil.which("promtool")
     assert promtool, "promtool is missing: install the Debian package prometheus"
-    check = subprocess.run([promtool, "check", "metrics"], input=text.encode(), capture_output=True,
-                           timeout=60, check=False)
+    check = subprocess.run(
+        [promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=60, check=False
+    )
     assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
 
 
@@ -273,7 +332,7 @@ def test_command_line_daemon_stops_on_sigterm(kafka: KafkaCluster, tmp_path: Pat
     config = tmp_path / "config.yml"
     config.write_text(f"""
 web: {{listen_address: "127.0.0.1:{port}"}}
-spark: {{local_dir: "{tmp_path / 'spark'}"}}
+spark: {{local_dir: "{tmp_path / "spark"}"}}
 clusters:
   - name: test
     bootstrap_servers: "{kafka.bootstrap_servers}"
@@ -284,8 +343,9 @@ clusters:
     exe = Path(sys.executable).with_name("kafka-txn-exporter")
     log_path = tmp_path / "daemon.log"
     with log_path.open("w") as log_file:
-        proc = subprocess.Popen([str(exe), "run", "--config.file", str(config)],
-                                stdout=log_file, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [str(exe), "run", "--config.file", str(config)], stdout=log_file, stderr=subprocess.STDOUT
+        )
         try:
             deadline = time.monotonic() + 120
             while True:
@@ -311,7 +371,10 @@ clusters:
 
 
 def test_start_time_of_every_hanging_transaction_comes_from_its_batch(
-    kafka: KafkaCluster, topic: str, hanging: HangingFactory, daemon_for: Callable[..., Daemon],
+    kafka: KafkaCluster,
+    topic: str,
+    hanging: HangingFactory,
+    daemon_for: Callable[..., Daemon],
 ) -> None:
     """Several uncovered transactions on one broker: each gets its own batch timestamp."""
     made = [hanging(topic, partition=p, backdate_ms=LATE_BACKDATE_MS + p * 60_000) for p in range(3)]
@@ -320,7 +383,11 @@ def test_start_time_of_every_hanging_transaction_comes_from_its_batch(
     assert sorted(found) == [0, 1, 2]
     assert {s["start_time_source"] for s in found.values()} == {"batch_timestamp"}
     for txn in made:
-        age = value(registry, "kafka_txn_partition_max_active_transaction_duration_seconds",
-                    topic=topic, partition=str(txn.partition))
+        age = value(
+            registry,
+            "kafka_txn_partition_max_active_transaction_duration_seconds",
+            topic=topic,
+            partition=str(txn.partition),
+        )
         assert age is not None
         assert abs(age - (time.time() * 1000 - txn.timestamp_ms) / 1000) < 120

@@ -43,9 +43,18 @@ def test_demo_shows_the_hanging_transaction_and_stops_on_ctrl_c(tmp_path: Path) 
     log_path = tmp_path / "demo.log"
     with log_path.open("w") as log_file:
         demo = subprocess.Popen(
-            [sys.executable, "-m", "testbed.demo", "--web.listen-address", f"127.0.0.1:{port}",
-             "--interval", "2s"],
-            stdout=log_file, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "testbed.demo",
+                "--web.listen-address",
+                f"127.0.0.1:{port}",
+                "--interval",
+                "2s",
+            ],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
         try:
             deadline = time.monotonic() + 240
             text = ""

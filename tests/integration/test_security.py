@@ -51,8 +51,7 @@ SECRETS = (PLAIN_PASSWORD, SCRAM_PASSWORD, CLIENT_KEY_PASSWORD, WRONG_PASSWORD)
 
 SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
 PLAIN_LOGIN = (
-    "org.apache.kafka.common.security.plain.PlainLoginModule required "
-    f'user_{PLAIN_USER}="{PLAIN_PASSWORD}";'
+    f'org.apache.kafka.common.security.plain.PlainLoginModule required user_{PLAIN_USER}="{PLAIN_PASSWORD}";'
 )
 
 
@@ -211,27 +210,57 @@ def collect(cluster: ClusterConfig) -> ClusterSnapshot:
 def _cases(pki: Pki) -> dict[str, tuple[str, dict[str, str], dict[str, str]]]:
     """case -> (listener, ``kafka:`` section as in the YAML file, environment)."""
     return {
-        "sasl-plain": ("SASL", {
-            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
-            "sasl.username": PLAIN_USER, "sasl.password": "${KAFKA_PASSWORD}",
-        }, {"KAFKA_PASSWORD": PLAIN_PASSWORD}),
-        "sasl-scram-sha-512": ("SASL", {
-            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "SCRAM-SHA-512",
-            "sasl.username": SCRAM_USER, "sasl.password": "${KAFKA_PASSWORD}",
-        }, {"KAFKA_PASSWORD": SCRAM_PASSWORD}),
-        "tls": ("TLS", {
-            "security.protocol": "SSL", "ssl.ca.location": str(pki.ca),
-        }, {}),
-        "mtls": ("MTLS", {
-            "security.protocol": "SSL", "ssl.ca.location": str(pki.ca),
-            "ssl.certificate.location": str(pki.client_cert),
-            "ssl.key.location": str(pki.client_key), "ssl.key.password": "${KEY_PASSWORD}",
-        }, {"KEY_PASSWORD": CLIENT_KEY_PASSWORD}),
-        "sasl-ssl-scram-sha-512": ("SASL_TLS", {
-            "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
-            "sasl.username": SCRAM_USER, "sasl.password": "${KAFKA_PASSWORD}",
-            "ssl.ca.location": str(pki.ca), "ssl.endpoint.identification.algorithm": "https",
-        }, {"KAFKA_PASSWORD": SCRAM_PASSWORD}),
+        "sasl-plain": (
+            "SASL",
+            {
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN",
+                "sasl.username": PLAIN_USER,
+                "sasl.password": "${KAFKA_PASSWORD}",
+            },
+            {"KAFKA_PASSWORD": PLAIN_PASSWORD},
+        ),
+        "sasl-scram-sha-512": (
+            "SASL",
+            {
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanisms": "SCRAM-SHA-512",
+                "sasl.username": SCRAM_USER,
+                "sasl.password": "${KAFKA_PASSWORD}",
+            },
+            {"KAFKA_PASSWORD": SCRAM_PASSWORD},
+        ),
+        "tls": (
+            "TLS",
+            {
+                "security.protocol": "SSL",
+                "ssl.ca.location": str(pki.ca),
+            },
+            {},
+        ),
+        "mtls": (
+            "MTLS",
+            {
+                "security.protocol": "SSL",
+                "ssl.ca.location": str(pki.ca),
+                "ssl.certificate.location": str(pki.client_cert),
+                "ssl.key.location": str(pki.client_key),
+                "ssl.key.password": "${KEY_PASSWORD}",
+            },
+            {"KEY_PASSWORD": CLIENT_KEY_PASSWORD},
+        ),
+        "sasl-ssl-scram-sha-512": (
+            "SASL_TLS",
+            {
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "SCRAM-SHA-512",
+                "sasl.username": SCRAM_USER,
+                "sasl.password": "${KAFKA_PASSWORD}",
+                "ssl.ca.location": str(pki.ca),
+                "ssl.endpoint.identification.algorithm": "https",
+            },
+            {"KAFKA_PASSWORD": SCRAM_PASSWORD},
+        ),
     }
 
 
@@ -240,7 +269,9 @@ CASES = ["sasl-plain", "sasl-scram-sha-512", "tls", "mtls", "sasl-ssl-scram-sha-
 
 @pytest.mark.parametrize("case", CASES)
 def test_collection_through_secured_listener(
-    secure_kafka: SecureKafka, case: str, caplog: pytest.LogCaptureFixture,
+    secure_kafka: SecureKafka,
+    case: str,
+    caplog: pytest.LogCaptureFixture,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     exporter_log_levels(caplog)
@@ -272,9 +303,12 @@ def test_collection_through_secured_listener(
 
 def _wrong_password_config(secure_kafka: SecureKafka, case: str) -> ClusterConfig:
     listener, properties, _ = _cases(secure_kafka.pki)[case]
-    return operator_config(secure_kafka.cluster.bootstrap_for(listener),
-                           {**properties, "client.id": f"kte-wrong-{case}"},
-                           {"KAFKA_PASSWORD": WRONG_PASSWORD}, request_timeout="3s")
+    return operator_config(
+        secure_kafka.cluster.bootstrap_for(listener),
+        {**properties, "client.id": f"kte-wrong-{case}"},
+        {"KAFKA_PASSWORD": WRONG_PASSWORD},
+        request_timeout="3s",
+    )
 
 
 def _failed_collection(config: ClusterConfig) -> tuple[str, float]:
@@ -301,7 +335,9 @@ def _failed_kafka_python_request(config: ClusterConfig) -> tuple[str, float]:
 
 @pytest.mark.parametrize("case", ["sasl-plain", "sasl-scram-sha-512"])
 def test_wrong_sasl_password_fails_within_the_request_timeout(
-    secure_kafka: SecureKafka, case: str, caplog: pytest.LogCaptureFixture,
+    secure_kafka: SecureKafka,
+    case: str,
+    caplog: pytest.LogCaptureFixture,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     exporter_log_levels(caplog)
@@ -313,8 +349,10 @@ def test_wrong_sasl_password_fails_within_the_request_timeout(
     assert elapsed < bound_s
     # The reason is in the failure's name and, with librdkafka's words, in the exporter's log.
     assert "SASL_AUTHENTICATION_FAILED" in failure
-    assert any(r.name.startswith("exporter.kafka") and "SASL authentication error" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        r.name.startswith("exporter.kafka") and "SASL authentication error" in r.getMessage()
+        for r in caplog.records
+    )
     _, librdkafka_log = capfd.readouterr()
 
     failure, elapsed = _failed_kafka_python_request(config)
@@ -355,12 +393,12 @@ def exporter_log_levels(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="kafka")
 
 
-def _assert_no_secret_logged(caplog: pytest.LogCaptureFixture,
-                             capfd: pytest.CaptureFixture[str], *earlier_output: str) -> None:
+def _assert_no_secret_logged(
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str], *earlier_output: str
+) -> None:
     """Neither the exporter's log records (messages and arguments) nor anything the clients
     wrote to stdout/stderr (librdkafka logs there) holds a secret."""
     out, err = capfd.readouterr()
-    logged = "\n".join([caplog.text, *(repr(r.args) for r in caplog.records), out, err,
-                        *earlier_output])
+    logged = "\n".join([caplog.text, *(repr(r.args) for r in caplog.records), out, err, *earlier_output])
     for secret in SECRETS:
         assert secret not in logged

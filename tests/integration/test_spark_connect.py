@@ -230,8 +230,7 @@ def assert_meaningful(results: list[CycleResult]) -> None:
     classes2 = dict(rich2.open_transactions_by_class)
     assert classes2[TxnClass.HANGING] == 1
     assert candidates(rich2) == ((("t", 0, 100, 100), 2),)
-    assert [(a.transactional_id, a.old_epoch, a.new_epoch) for a in rich2.timeout_aborts] == [
-        ("slow", 5, 6)]
+    assert [(a.transactional_id, a.old_epoch, a.new_epoch) for a in rich2.timeout_aborts] == [("slow", 5, 6)]
     assert any(c.two_phase_commit_open_time_max_ms > 0 for c in rich1.coordinators)
 
 
@@ -239,8 +238,11 @@ def test_pipeline_on_spark_connect_equals_local(spark: SparkSession, connect_url
     # The Connect client works in its own process meanwhile: both finish sooner.
     client = start_connect_client(connect_url)
     try:
-        local = run_cycles(lambda snap, settings, previous, now_ms: compute(
-            spark, snap, settings, previous.memory if previous else None, now_ms))
+        local = run_cycles(
+            lambda snap, settings, previous, now_ms: compute(
+                spark, snap, settings, previous.memory if previous else None, now_ms
+            )
+        )
         assert_meaningful(local)
         remote = connect_client_output(client)
     finally:

@@ -77,9 +77,7 @@ def test_hanging_transaction_is_seen_by_kafka_tools(
     fresh = hanging(topic, partition=2)
 
     found = transactions_cli.find_hanging(topic=topic, max_transaction_timeout_min=0)
-    gauges = {
-        node.node_id: JmxTool(kafka_dist, node.jmx_port).late_transactions() for node in kafka_any
-    }
+    gauges = {node.node_id: JmxTool(kafka_dist, node.jmx_port).late_transactions() for node in kafka_any}
 
     assert {(h.partition, h.producer_id, h.start_offset) for h in found} == {
         (late.partition, late.producer_id, late.start_offset),
@@ -329,9 +327,7 @@ def test_paused_broker_accepts_connections_and_never_answers(kafka_faults: Kafka
     assert kafka_faults.live_broker_ids() == {1}
 
 
-def test_killed_broker_restarts_with_its_committed_data(
-    kafka_faults: KafkaCluster, topic: str
-) -> None:
+def test_killed_broker_restarts_with_its_committed_data(kafka_faults: KafkaCluster, topic: str) -> None:
     run_transaction(kafka_faults.bootstrap_servers, topic, records=4)
     wait_for_lso(kafka_faults, topic, 0, lag=0)
     before = kafka_faults.end_offsets(topic, 0)

@@ -23,40 +23,62 @@ def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     return capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("argv", "flag"), [
-    (("list",), "--bootstrap-server"),
-    (("list", *BS, "--config.file", "x.yml"), "--config.file"),
-    (("list", *BS, "--cluster", "prod"), "--cluster"),
-    (("list", *BS, "--request-timeout", "soon"), "--request-timeout"),
-    (("list", *BS, "--request-timeout", "5ms"), "--request-timeout"),
-    (("list", *BS, "--output", "xml"), "--output"),
-    (("list", *BS, "--state", "Running"), "--state"),
-    (("list", *BS, "--producer-id", "-4"), "--producer-id"),
-    (("list", *BS, "--duration-filter", "1h"), "--duration-filter"),
-    (("list", "--bootstrap-server", "no-port"), "--bootstrap-server"),
-    (("describe", *BS), "--transactional-id"),
-    (("describe-producers", *BS, "--topic", "t"), "--partition"),
-    (("describe-producers", *BS, "--topic", "t", "--partition", "x"), "--partition"),
-    (("find-hanging", *BS, "--partition", "0"), "--topic"),
-    (("find-hanging", *BS, "--topic", "t", "--broker-id", "1"), "--broker-id"),
-    (("find-hanging", *BS, "--max-transaction-timeout", "-1"), "--max-transaction-timeout"),
-    (("abort", *BS, "--topic", "t", "--partition", "0"), "--start-offset"),
-    (("abort", *BS, "--topic", "t", "--partition", "0", "--producer-id", "5"),
-     "--producer-epoch"),
-    (("abort", *BS, "--topic", "t", "--partition", "0", "--producer-id", "5",
-      "--producer-epoch", "1"), "--coordinator-epoch"),
-    (("abort", *BS, "--topic", "t", "--partition", "0", "--start-offset", "3",
-      "--producer-id", "5"), "--start-offset"),
-    (("abort", *BS, "--topic", "t", "--partition", "0", "--start-offset", "3",
-      "--producer-epoch", "1"), "--producer-epoch"),
-    (("abort", *BS, "--topic", "t", "--partition", "0", "--start-offset", "3", "--yes",
-      "--dry-run"), "--dry-run"),
-    (("abort", *BS, "--partition", "0", "--start-offset", "3"), "--topic"),
-    (("force-terminate", *BS), "--transactional-id"),
-    (("force-terminate", *BS, "--transactional-id", "x", "--yes", "--dry-run"), "--dry-run"),
-])
-def test_bad_flags_exit_2_naming_the_flag(capsys: pytest.CaptureFixture[str],
-                                          argv: tuple[str, ...], flag: str) -> None:
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (("list",), "--bootstrap-server"),
+        (("list", *BS, "--config.file", "x.yml"), "--config.file"),
+        (("list", *BS, "--cluster", "prod"), "--cluster"),
+        (("list", *BS, "--request-timeout", "soon"), "--request-timeout"),
+        (("list", *BS, "--request-timeout", "5ms"), "--request-timeout"),
+        (("list", *BS, "--output", "xml"), "--output"),
+        (("list", *BS, "--state", "Running"), "--state"),
+        (("list", *BS, "--producer-id", "-4"), "--producer-id"),
+        (("list", *BS, "--duration-filter", "1h"), "--duration-filter"),
+        (("list", "--bootstrap-server", "no-port"), "--bootstrap-server"),
+        (("describe", *BS), "--transactional-id"),
+        (("describe-producers", *BS, "--topic", "t"), "--partition"),
+        (("describe-producers", *BS, "--topic", "t", "--partition", "x"), "--partition"),
+        (("find-hanging", *BS, "--partition", "0"), "--topic"),
+        (("find-hanging", *BS, "--topic", "t", "--broker-id", "1"), "--broker-id"),
+        (("find-hanging", *BS, "--max-transaction-timeout", "-1"), "--max-transaction-timeout"),
+        (("abort", *BS, "--topic", "t", "--partition", "0"), "--start-offset"),
+        (("abort", *BS, "--topic", "t", "--partition", "0", "--producer-id", "5"), "--producer-epoch"),
+        (
+            ("abort", *BS, "--topic", "t", "--partition", "0", "--producer-id", "5", "--producer-epoch", "1"),
+            "--coordinator-epoch",
+        ),
+        (
+            ("abort", *BS, "--topic", "t", "--partition", "0", "--start-offset", "3", "--producer-id", "5"),
+            "--start-offset",
+        ),
+        (
+            (
+                "abort",
+                *BS,
+                "--topic",
+                "t",
+                "--partition",
+                "0",
+                "--start-offset",
+                "3",
+                "--producer-epoch",
+                "1",
+            ),
+            "--producer-epoch",
+        ),
+        (
+            ("abort", *BS, "--topic", "t", "--partition", "0", "--start-offset", "3", "--yes", "--dry-run"),
+            "--dry-run",
+        ),
+        (("abort", *BS, "--partition", "0", "--start-offset", "3"), "--topic"),
+        (("force-terminate", *BS), "--transactional-id"),
+        (("force-terminate", *BS, "--transactional-id", "x", "--yes", "--dry-run"), "--dry-run"),
+    ],
+)
+def test_bad_flags_exit_2_naming_the_flag(
+    capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], flag: str
+) -> None:
     err = usage_error(capsys, *argv)
     assert flag in err
     assert "usage: kafka-txn-exporter" in err
@@ -83,9 +105,11 @@ def test_command_config_is_validated_like_the_config_file(
 
 def test_config_file_cluster_selection(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     config = tmp_path / "config.yml"
-    config.write_text("clusters:\n"
-                      "  - {name: prod, bootstrap_servers: 'h1:9092'}\n"
-                      "  - {name: stage, bootstrap_servers: 'h2:9092'}\n")
+    config.write_text(
+        "clusters:\n"
+        "  - {name: prod, bootstrap_servers: 'h1:9092'}\n"
+        "  - {name: stage, bootstrap_servers: 'h2:9092'}\n"
+    )
     err = usage_error(capsys, "list", "--config.file", str(config))
     assert "--cluster is required" in err and "prod, stage" in err
     err = usage_error(capsys, "list", "--config.file", str(config), "--cluster", "dev")
@@ -99,20 +123,32 @@ def test_config_file_cluster_selection(capsys: pytest.CaptureFixture[str], tmp_p
 
 def test_properties_file_syntax(tmp_path: Path) -> None:
     props = tmp_path / "p.properties"
-    props.write_text("# comment\n! also a comment\n\nsecurity.protocol = SSL\n"
-                     "ssl.ca.location: /etc/ca.pem\nsasl.username=a\\\n  lice\n")
-    assert read_properties(str(props)) == {"security.protocol": "SSL",
-                                           "ssl.ca.location": "/etc/ca.pem",
-                                           "sasl.username": "alice"}
+    props.write_text(
+        "# comment\n! also a comment\n\nsecurity.protocol = SSL\n"
+        "ssl.ca.location: /etc/ca.pem\nsasl.username=a\\\n  lice\n"
+    )
+    assert read_properties(str(props)) == {
+        "security.protocol": "SSL",
+        "ssl.ca.location": "/etc/ca.pem",
+        "sasl.username": "alice",
+    }
     with pytest.raises(UsageError, match="cannot read"):
         read_properties(str(tmp_path / "nope"))
 
 
 def test_table_and_formatters() -> None:
     assert table(("A", "Bee"), [(1, None), ("long", 22)]).splitlines() == [
-        "A     Bee", "1     None", "long  22"]
+        "A     Bee",
+        "1     None",
+        "long  22",
+    ]
     assert table(("A",), []) == "A"
     assert iso_ms(-1) is None
     assert iso_ms(0) == "1970-01-01T00:00:00Z"
     assert [human_duration(ms) for ms in (0, 59_000, 61_000, 3_660_000, 90_000_000)] == [
-        "0s", "59s", "1m01s", "1h01m", "1d01h00m"]
+        "0s",
+        "59s",
+        "1m01s",
+        "1h01m",
+        "1d01h00m",
+    ]

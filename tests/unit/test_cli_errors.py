@@ -17,17 +17,27 @@ def test_unreadable_ca_file_is_a_kafka_error_not_a_crash(
     props = tmp_path / "client.properties"
     props.write_text("security.protocol=SSL\nssl.ca.location=/nonexistent/ca.pem\n")
     for command in (["list"], ["find-hanging"]):
-        code = main([*command, "--bootstrap-server", "127.0.0.1:1", "--command-config", str(props),
-                     "--request-timeout", "1s"])
+        code = main(
+            [
+                *command,
+                "--bootstrap-server",
+                "127.0.0.1:1",
+                "--command-config",
+                str(props),
+                "--request-timeout",
+                "1s",
+            ]
+        )
         assert code == EXIT_KAFKA
         assert "ssl.ca.location" in capsys.readouterr().err
 
 
 def test_metadata_wraps_client_creation_failures() -> None:
-    admin = ClusterAdmin(bootstrap_servers="127.0.0.1:1",
-                         properties={"security.protocol": "SSL",
-                                     "ssl.ca.location": "/nonexistent/ca.pem"},
-                         request_timeout_ms=1000)
+    admin = ClusterAdmin(
+        bootstrap_servers="127.0.0.1:1",
+        properties={"security.protocol": "SSL", "ssl.ca.location": "/nonexistent/ca.pem"},
+        request_timeout_ms=1000,
+    )
     with pytest.raises(KafkaUnavailable) as failure:
         admin.metadata()
     assert "ssl.ca.location" in str(failure.value)

@@ -26,9 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
 CHART = REPO / "deploy" / "helm" / "kafka-txn-exporter"
-HELM_CACHE_BIN = (
-    Path(os.environ.get("KTE_CACHE", Path.home() / ".cache" / "kafka-txn-exporter")) / "bin"
-)
+HELM_CACHE_BIN = Path(os.environ.get("KTE_CACHE", Path.home() / ".cache" / "kafka-txn-exporter")) / "bin"
 
 
 @dataclass(frozen=True)
@@ -107,13 +105,12 @@ def runtime(stages: list[Stage]) -> Stage:
 def chart_pod() -> dict[str, Any]:
     helm = shutil.which("helm") or shutil.which("helm", path=str(HELM_CACHE_BIN))
     if helm is None:
-        pytest.fail(f"helm not found on PATH nor in {HELM_CACHE_BIN}: run .ci/setup.sh",
-                    pytrace=False)
-    result = subprocess.run([helm, "template", "kte", str(CHART)], capture_output=True,
-                            text=True, check=False, timeout=120)
+        pytest.fail(f"helm not found on PATH nor in {HELM_CACHE_BIN}: run .ci/setup.sh", pytrace=False)
+    result = subprocess.run(
+        [helm, "template", "kte", str(CHART)], capture_output=True, text=True, check=False, timeout=120
+    )
     assert result.returncode == 0, result.stderr
-    deployment = next(d for d in yaml.safe_load_all(result.stdout)
-                      if d and d["kind"] == "Deployment")
+    deployment = next(d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "Deployment")
     pod: dict[str, Any] = deployment["spec"]["template"]["spec"]
     return pod
 
@@ -158,9 +155,7 @@ def test_entrypoint_runs_the_daemon_with_the_charts_config_path(
     assert chart_pod["containers"][0]["args"] == cmd
 
 
-def test_exposed_port_is_the_charts_and_the_exporters(
-    runtime: Stage, chart_pod: dict[str, Any]
-) -> None:
+def test_exposed_port_is_the_charts_and_the_exporters(runtime: Stage, chart_pod: dict[str, Any]) -> None:
     exposed = [int(p.split("/")[0]) for args in runtime.all("EXPOSE") for p in args.split()]
     (port,) = chart_pod["containers"][0]["ports"]
     assert exposed == [port["containerPort"]]
@@ -178,14 +173,10 @@ def writable_dirs(stage: Stage) -> set[str]:
     return dirs
 
 
-def test_writable_dirs_are_the_charts_emptydir_mounts(
-    runtime: Stage, chart_pod: dict[str, Any]
-) -> None:
+def test_writable_dirs_are_the_charts_emptydir_mounts(runtime: Stage, chart_pod: dict[str, Any]) -> None:
     volumes = {v["name"]: v for v in chart_pod["volumes"]}
     container = chart_pod["containers"][0]
-    empty_dirs = {
-        m["mountPath"] for m in container["volumeMounts"] if "emptyDir" in volumes[m["name"]]
-    }
+    empty_dirs = {m["mountPath"] for m in container["volumeMounts"] if "emptyDir" in volumes[m["name"]]}
     image_dirs = writable_dirs(runtime)
     assert image_dirs == empty_dirs
     env = env_of(runtime)
@@ -196,7 +187,8 @@ def test_writable_dirs_are_the_charts_emptydir_mounts(
 
 def test_dockerignore_keeps_the_package_sources(stages: list[Stage]) -> None:
     patterns = [
-        line.strip() for line in DOCKERIGNORE.read_text().splitlines()
+        line.strip()
+        for line in DOCKERIGNORE.read_text().splitlines()
         if line.strip() and not line.startswith("#")
     ]
     assert patterns[0] == "*", "the context is an allow-list"

@@ -12,9 +12,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_wheel_contains_the_exporter_and_no_test_bed_or_demo(tmp_path: Path) -> None:
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
-         "-w", str(tmp_path), str(ROOT)],
-        check=True, capture_output=True, timeout=300,
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
     (wheel,) = tmp_path.glob("kafka_txn_exporter-*.whl")
     names = zipfile.ZipFile(wheel).namelist()

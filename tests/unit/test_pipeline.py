@@ -78,12 +78,8 @@ def offsets(
     return PartitionOffsets(topic, partition, leader, high_watermark=hw, last_stable_offset=lso)
 
 
-def listed(
-    tid: str = TID, pid: int = PID, state: str = "Ongoing", coord: int = 1
-) -> ListedTransaction:
-    return ListedTransaction(
-        coordinator_id=coord, transactional_id=tid, producer_id=pid, state=state
-    )
+def listed(tid: str = TID, pid: int = PID, state: str = "Ongoing", coord: int = 1) -> ListedTransaction:
+    return ListedTransaction(coordinator_id=coord, transactional_id=tid, producer_id=pid, state=state)
 
 
 def described(
@@ -131,24 +127,19 @@ def snapshot(
     reread_rows = producers if reread is None else tuple(reread)
     broker_ids = tuple(brokers)
     if partitions is None:
-        partitions = {
-            (p.topic, p.partition): offsets(p.topic, p.partition) for p in producers
-        }.values()
+        partitions = {(p.topic, p.partition): offsets(p.topic, p.partition) for p in producers}.values()
     return ClusterSnapshot(
         cluster="c1",
         taken_at_ms=NOW,
         brokers=tuple(Broker(b, f"b{b}", 9092) for b in broker_ids),
-        broker_configs=tuple(configs) if configs is not None else tuple(
-            BrokerConfig(b) for b in broker_ids
-        ),
+        broker_configs=tuple(configs) if configs is not None else tuple(BrokerConfig(b) for b in broker_ids),
         partitions=tuple(partitions),
         producers=producers,
         listed_transactions=tuple(listed_txns),
         transactions=tuple(txns),
         batch_timestamps=tuple(batches),
         errors=tuple(errors),
-        coordinators_listed=frozenset(broker_ids if coordinators_listed is None
-                                      else coordinators_listed),
+        coordinators_listed=frozenset(broker_ids if coordinators_listed is None else coordinators_listed),
         transactional_ids_visible=visible,
         reread_producers=reread_rows,
         reread_partitions=frozenset(
@@ -174,8 +165,7 @@ def candidates(result: CycleResult) -> tuple[tuple[tuple[str, int, int, int], in
     """The remembered hanging candidates as ((topic, partition, producer id, start offset),
     consecutive cycles)."""
     return tuple(
-        ((c.finding.topic, c.finding.partition, c.finding.producer_id, c.finding.start_offset),
-         c.cycles)
+        ((c.finding.topic, c.finding.partition, c.finding.producer_id, c.finding.start_offset), c.cycles)
         for c in result.memory.candidates
     )
 
@@ -184,16 +174,22 @@ def watched(result: CycleResult) -> tuple[tuple[str, int, int, int], ...]:
     """The remembered Ongoing transactions as (transactional id, producer id, epoch,
     deadline)."""
     return tuple(
-        (w.transactional_id, w.producer_id, w.producer_epoch, w.deadline_ms)
-        for w in result.memory.watched
+        (w.transactional_id, w.producer_id, w.producer_epoch, w.deadline_ms) for w in result.memory.watched
     )
 
 
 def watching(*entries: tuple[str, int, int, int], seen_at: int = NOW - 30 * SEC) -> CycleResult:
     """A previous cycle that remembered these Ongoing transactions, last seen at ``seen_at``."""
-    return CycleResult(cluster="c1", computed_at_ms=seen_at, memory=PipelineMemory(
-        watched=tuple(WatchedTransaction(tid, 1, pid, epoch, deadline, seen_at)
-                      for tid, pid, epoch, deadline in entries)))
+    return CycleResult(
+        cluster="c1",
+        computed_at_ms=seen_at,
+        memory=PipelineMemory(
+            watched=tuple(
+                WatchedTransaction(tid, 1, pid, epoch, deadline, seen_at)
+                for tid, pid, epoch, deadline in entries
+            )
+        ),
+    )
 
 
 def by_class(result: CycleResult) -> dict[TxnClass, int]:
@@ -240,22 +236,40 @@ def test_open_transaction_owned_by_its_coordinator_is_ongoing(spark: SparkSessio
     ("listed_txns", "txns", "reason"),
     [
         ([], [], HangingReason.NO_TRANSACTIONAL_ID),
-        ([listed()], [described(error="TRANSACTIONAL_ID_NOT_FOUND", state="", parts=())],
-         HangingReason.TRANSACTIONAL_ID_NOT_FOUND),
+        (
+            [listed()],
+            [described(error="TRANSACTIONAL_ID_NOT_FOUND", state="", parts=())],
+            HangingReason.TRANSACTIONAL_ID_NOT_FOUND,
+        ),
         ([listed()], [described(pid=PID + 1)], HangingReason.PRODUCER_ID_CHANGED),
-        ([listed(state="Empty")], [described(state="Empty", parts=(), start=-1)],
-         HangingReason.COORDINATOR_NOT_OPEN),
-        ([listed(state="CompleteCommit")], [described(state="CompleteCommit", parts=())],
-         HangingReason.COORDINATOR_NOT_OPEN),
-        ([listed(state="CompleteAbort")], [described(state="CompleteAbort", parts=())],
-         HangingReason.COORDINATOR_NOT_OPEN),
-        ([listed(state="Dead")], [described(state="Dead", parts=())],
-         HangingReason.COORDINATOR_NOT_OPEN),
-        ([listed()], [described(parts=[("t", 1), ("other", 0)])],
-         HangingReason.PARTITION_NOT_IN_TRANSACTION),
+        (
+            [listed(state="Empty")],
+            [described(state="Empty", parts=(), start=-1)],
+            HangingReason.COORDINATOR_NOT_OPEN,
+        ),
+        (
+            [listed(state="CompleteCommit")],
+            [described(state="CompleteCommit", parts=())],
+            HangingReason.COORDINATOR_NOT_OPEN,
+        ),
+        (
+            [listed(state="CompleteAbort")],
+            [described(state="CompleteAbort", parts=())],
+            HangingReason.COORDINATOR_NOT_OPEN,
+        ),
+        ([listed(state="Dead")], [described(state="Dead", parts=())], HangingReason.COORDINATOR_NOT_OPEN),
+        ([listed()], [described(parts=[("t", 1), ("other", 0)])], HangingReason.PARTITION_NOT_IN_TRANSACTION),
     ],
-    ids=["not-listed", "id-not-found", "pid-changed", "empty", "complete-commit",
-         "complete-abort", "dead", "partition-not-in-txn"],
+    ids=[
+        "not-listed",
+        "id-not-found",
+        "pid-changed",
+        "empty",
+        "complete-commit",
+        "complete-abort",
+        "dead",
+        "partition-not-in-txn",
+    ],
 )
 def test_each_hanging_reason(
     spark: SparkSession,
@@ -268,11 +282,9 @@ def test_each_hanging_reason(
     assert finding.txn_class is TxnClass.HANGING
     assert finding.hanging
     assert finding.hanging_reason is reason
-    assert (finding.topic, finding.partition, finding.producer_id, finding.start_offset) == (
-        "t", 0, PID, 100)
+    assert (finding.topic, finding.partition, finding.producer_id, finding.start_offset) == ("t", 0, PID, 100)
     assert finding.broker_id == 1
-    assert finding.transactional_id == (None if reason is HangingReason.NO_TRANSACTIONAL_ID
-                                        else TID)
+    assert finding.transactional_id == (None if reason is HangingReason.NO_TRANSACTIONAL_ID else TID)
     assert by_class(result)[TxnClass.HANGING] == 1
     assert result.brokers[0].hanging_transactions == 1
     assert candidates(result) == ((("t", 0, PID, 100), 1),)
@@ -309,13 +321,17 @@ def test_tv2_epoch_bump_during_prepare_commit_is_not_hanging(spark: SparkSession
         # broker 2 did not answer ListTransactions: it might be the one listing the id
         snapshot(producers=[producer()], brokers=(1, 2), coordinators_listed=(1,)),
         # ListTransactions failed and was recorded as an error
-        snapshot(producers=[producer()],
-                 errors=[CollectionError("ListTransactions", "TIMEOUT", broker_id=1)]),
+        snapshot(
+            producers=[producer()], errors=[CollectionError("ListTransactions", "TIMEOUT", broker_id=1)]
+        ),
         # no coordinator answered at all and no broker is known
         snapshot(producers=[producer()], brokers=(), coordinators_listed=()),
         # listed, but DescribeTransactions failed for another reason than not-found
-        snapshot(producers=[producer()], listed_txns=[listed()],
-                 txns=[described(error="COORDINATOR_NOT_AVAILABLE", state="", parts=())]),
+        snapshot(
+            producers=[producer()],
+            listed_txns=[listed()],
+            txns=[described(error="COORDINATOR_NOT_AVAILABLE", state="", parts=())],
+        ),
         # listed, but not described at all
         snapshot(producers=[producer()], listed_txns=[listed()]),
     ],
@@ -457,11 +473,15 @@ def test_late_uses_each_leaders_own_max_timeout_and_the_padding(spark: SparkSess
         producers=producers,
         partitions=[offsets("a", leader=1), offsets("b", leader=2), offsets("c", leader=3)],
         listed_txns=[listed(f"tx{i}", pid=i) for i in (1, 2, 3)],
-        txns=[described(f"tx{i}", pid=i, parts=[(t, 0)], start=started, timeout=MIN)
-              for i, t in ((1, "a"), (2, "b"), (3, "c"))],
+        txns=[
+            described(f"tx{i}", pid=i, parts=[(t, 0)], start=started, timeout=MIN)
+            for i, t in ((1, "a"), (2, "b"), (3, "c"))
+        ],
         brokers=(1, 2, 3),
-        configs=[BrokerConfig(1, transaction_max_timeout_ms=4 * MIN),
-                 BrokerConfig(2, transaction_max_timeout_ms=6 * MIN)],
+        configs=[
+            BrokerConfig(1, transaction_max_timeout_ms=4 * MIN),
+            BrokerConfig(2, transaction_max_timeout_ms=6 * MIN),
+        ],
     )
     padding = 5 * MIN
     result = run(spark, snap, PipelineSettings(late_padding_ms=padding))
@@ -471,7 +491,10 @@ def test_late_uses_each_leaders_own_max_timeout_and_the_padding(spark: SparkSess
     late = {b.broker_id: b.partitions_with_late_transactions for b in result.brokers}
     assert late == {1: 1, 2: 0, 3: 0}
     assert {b.broker_id: b.transaction_max_timeout_ms for b in result.brokers} == {
-        1: 4 * MIN, 2: 6 * MIN, 3: DEFAULT_TRANSACTION_MAX_TIMEOUT_MS}
+        1: 4 * MIN,
+        2: 6 * MIN,
+        3: DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
+    }
     assert by_class(result)[TxnClass.LATE] == 1
     assert by_class(result)[TxnClass.ONGOING] == 2
 
@@ -485,14 +508,15 @@ def test_late_uses_each_leaders_own_max_timeout_and_the_padding(spark: SparkSess
 
 
 def test_late_partition_counted_once_with_two_late_producers(spark: SparkSession) -> None:
-    snap = snapshot(producers=[producer(pid=1, last_ts=NOW - DAY), producer(pid=2, start=120,
-                                                                          last_ts=NOW - DAY)],
-                    brokers=(1, 2), coordinators_listed=(1,))  # unknown, but late
+    snap = snapshot(
+        producers=[producer(pid=1, last_ts=NOW - DAY), producer(pid=2, start=120, last_ts=NOW - DAY)],
+        brokers=(1, 2),
+        coordinators_listed=(1,),
+    )  # unknown, but late
     result = run(spark, snap)
     assert [f.late for f in result.findings] == [True, True]
     assert [f.txn_class for f in result.findings] == [TxnClass.UNKNOWN] * 2
-    assert {b.broker_id: b.partitions_with_late_transactions for b in result.brokers} == {
-        1: 1, 2: 0}
+    assert {b.broker_id: b.partitions_with_late_transactions for b in result.brokers} == {1: 1, 2: 0}
 
 
 # --- two-phase commit ------------------------------------------------------------------------
@@ -502,8 +526,7 @@ def test_two_phase_commit_is_never_hanging_for_its_age(spark: SparkSession) -> N
     snap = snapshot(
         producers=[producer(last_ts=NOW - 30 * DAY)],
         listed_txns=[listed()],
-        txns=[described(start=NOW - 30 * DAY, timeout=TWO_PHASE_COMMIT_TIMEOUT_MS,
-                        state="PrepareCommit")],
+        txns=[described(start=NOW - 30 * DAY, timeout=TWO_PHASE_COMMIT_TIMEOUT_MS, state="PrepareCommit")],
     )
     result = run(spark, snap)
     finding = only(result)
@@ -533,18 +556,21 @@ def test_two_phase_commit_without_the_partition_is_still_a_candidate(spark: Spar
 
 
 def test_findings_sorted_most_severe_then_oldest_and_capped(spark: SparkSession) -> None:
-    producers = [producer("h", 0, pid=1, last_ts=NOW - 2 * MIN),  # hanging, young
-                 producer("h", 1, pid=2, last_ts=NOW - 3 * MIN),  # hanging, older
-                 producer("l", 0, pid=3),  # late (owned, old)
-                 producer("p", 0, pid=4),  # 2PC
-                 producer("o", 0, pid=5)]  # ongoing
+    producers = [
+        producer("h", 0, pid=1, last_ts=NOW - 2 * MIN),  # hanging, young
+        producer("h", 1, pid=2, last_ts=NOW - 3 * MIN),  # hanging, older
+        producer("l", 0, pid=3),  # late (owned, old)
+        producer("p", 0, pid=4),  # 2PC
+        producer("o", 0, pid=5),
+    ]  # ongoing
     snap = snapshot(
         producers=producers,
         listed_txns=[listed("l", pid=3), listed("p", pid=4), listed("o", pid=5)],
-        txns=[described("l", pid=3, parts=[("l", 0)], start=NOW - DAY),
-              described("p", pid=4, parts=[("p", 0)], start=NOW - MIN,
-                        timeout=TWO_PHASE_COMMIT_TIMEOUT_MS),
-              described("o", pid=5, parts=[("o", 0)], start=NOW - MIN)],
+        txns=[
+            described("l", pid=3, parts=[("l", 0)], start=NOW - DAY),
+            described("p", pid=4, parts=[("p", 0)], start=NOW - MIN, timeout=TWO_PHASE_COMMIT_TIMEOUT_MS),
+            described("o", pid=5, parts=[("o", 0)], start=NOW - MIN),
+        ],
     )
     result = run(spark, snap)
     assert [(f.topic, f.partition, f.txn_class) for f in result.findings] == [
@@ -554,8 +580,13 @@ def test_findings_sorted_most_severe_then_oldest_and_capped(spark: SparkSession)
         ("p", 0, TxnClass.TWO_PHASE_COMMIT),
     ]
     assert by_class(result) == {
-        TxnClass.ONGOING: 1, TxnClass.LATE: 1, TxnClass.HANGING: 2,
-        TxnClass.SUSPECTED_HANGING: 0, TxnClass.TWO_PHASE_COMMIT: 1, TxnClass.UNKNOWN: 0}
+        TxnClass.ONGOING: 1,
+        TxnClass.LATE: 1,
+        TxnClass.HANGING: 2,
+        TxnClass.SUSPECTED_HANGING: 0,
+        TxnClass.TWO_PHASE_COMMIT: 1,
+        TxnClass.UNKNOWN: 0,
+    }
 
     capped = run(spark, snap, PipelineSettings(hanging_confirm_cycles=1, max_findings=3))
     assert [f.topic for f in capped.findings] == ["h", "h", "l"]
@@ -585,21 +616,30 @@ def test_lso_lag_per_partition_and_broker_max(spark: SparkSession) -> None:
     )
     result = run(spark, snap)
     assert [(p.topic, p.partition, p.leader, p.lso_lag) for p in result.partitions] == [
-        ("t", 0, 1, 400), ("t", 1, 1, 0), ("t", 2, 2, 20), ("t", 3, 2, None), ("t", 4, -1, 8)]
+        ("t", 0, 1, 400),
+        ("t", 1, 1, 0),
+        ("t", 2, 2, 20),
+        ("t", 3, 2, None),
+        ("t", 4, -1, 8),
+    ]
     assert all(p.max_active_transaction_duration_ms is None for p in result.partitions)
-    assert {b.broker_id: b.max_last_stable_offset_lag for b in result.brokers} == {
-        1: 400, 2: 20, 3: 0}
+    assert {b.broker_id: b.max_last_stable_offset_lag for b in result.brokers} == {1: 400, 2: 20, 3: 0}
     assert all(b.verification_enabled for b in result.brokers)
 
 
 def test_max_active_duration_is_the_oldest_open_transaction(spark: SparkSession) -> None:
-    snap = snapshot(producers=[producer(pid=1, last_ts=NOW - 3 * MIN),
-                               producer(pid=2, start=120, last_ts=NOW - 9 * MIN),
-                               producer("u", 0, pid=3, last_ts=NOW - MIN)],
-                    partitions=[offsets("t", 0)])  # "u" has no offsets: still a partition
+    snap = snapshot(
+        producers=[
+            producer(pid=1, last_ts=NOW - 3 * MIN),
+            producer(pid=2, start=120, last_ts=NOW - 9 * MIN),
+            producer("u", 0, pid=3, last_ts=NOW - MIN),
+        ],
+        partitions=[offsets("t", 0)],
+    )  # "u" has no offsets: still a partition
     result = run(spark, snap)
-    assert [(p.topic, p.leader, p.lso_lag, p.max_active_transaction_duration_ms)
-            for p in result.partitions] == [("t", 1, 50, 9 * MIN), ("u", 1, None, MIN)]
+    assert [
+        (p.topic, p.leader, p.lso_lag, p.max_active_transaction_duration_ms) for p in result.partitions
+    ] == [("t", 1, 50, 9 * MIN), ("u", 1, None, MIN)]
 
 
 def test_broker_metrics_zero_filled_with_config(spark: SparkSession) -> None:
@@ -608,9 +648,17 @@ def test_broker_metrics_zero_filled_with_config(spark: SparkSession) -> None:
         configs=[BrokerConfig(1, verification_enabled=False, transaction_max_timeout_ms=MIN)],
     )
     result = run(spark, snap)
-    assert [(b.broker_id, b.partitions_with_late_transactions, b.hanging_transactions,
-             b.max_last_stable_offset_lag, b.verification_enabled, b.transaction_max_timeout_ms)
-            for b in result.brokers] == [
+    assert [
+        (
+            b.broker_id,
+            b.partitions_with_late_transactions,
+            b.hanging_transactions,
+            b.max_last_stable_offset_lag,
+            b.verification_enabled,
+            b.transaction_max_timeout_ms,
+        )
+        for b in result.brokers
+    ] == [
         (1, 0, 0, 0, False, MIN),
         # Broker 2's configs were not read: no verification value (absent, never a guess).
         (2, 0, 0, 0, None, DEFAULT_TRANSACTION_MAX_TIMEOUT_MS),
@@ -621,14 +669,20 @@ def test_coordinator_open_time_and_state_counts(spark: SparkSession) -> None:
     snap = snapshot(
         brokers=(1, 2, 3),
         coordinators_listed=(1, 2, 3),
-        listed_txns=[listed("a", 1, "Ongoing", 1), listed("b", 2, "PrepareCommit", 1),
-                     listed("c", 3, "CompleteCommit", 1), listed("d", 4, "Empty", 2),
-                     listed("e", 5, "Ongoing", 2)],
-        txns=[described("a", pid=1, start=NOW - 3 * MIN, coord=1),
-              described("b", pid=2, state="PrepareCommit", start=NOW - 5 * MIN, coord=1),
-              described("c", pid=3, state="CompleteCommit", start=NOW - DAY, coord=1),
-              described("d", pid=4, state="Empty", start=-1, coord=2),
-              described("e", pid=5, start=-1, coord=2)],  # open without a start time
+        listed_txns=[
+            listed("a", 1, "Ongoing", 1),
+            listed("b", 2, "PrepareCommit", 1),
+            listed("c", 3, "CompleteCommit", 1),
+            listed("d", 4, "Empty", 2),
+            listed("e", 5, "Ongoing", 2),
+        ],
+        txns=[
+            described("a", pid=1, start=NOW - 3 * MIN, coord=1),
+            described("b", pid=2, state="PrepareCommit", start=NOW - 5 * MIN, coord=1),
+            described("c", pid=3, state="CompleteCommit", start=NOW - DAY, coord=1),
+            described("d", pid=4, state="Empty", start=-1, coord=2),
+            described("e", pid=5, start=-1, coord=2),
+        ],  # open without a start time
     )
     result = run(spark, snap)
     coordinators = {c.coordinator_id: c for c in result.coordinators}
@@ -639,8 +693,12 @@ def test_coordinator_open_time_and_state_counts(spark: SparkSession) -> None:
     assert all(c.two_phase_commit_open_time_max_ms == 0 for c in result.coordinators)
     states = {cid: dict(c.transactions_by_state) for cid, c in coordinators.items()}
     assert all(tuple(s) == COORDINATOR_STATES for s in states.values())
-    assert states[1] == {**dict.fromkeys(COORDINATOR_STATES, 0),
-                         "Ongoing": 1, "PrepareCommit": 1, "CompleteCommit": 1}
+    assert states[1] == {
+        **dict.fromkeys(COORDINATOR_STATES, 0),
+        "Ongoing": 1,
+        "PrepareCommit": 1,
+        "CompleteCommit": 1,
+    }
     assert states[2] == {**dict.fromkeys(COORDINATOR_STATES, 0), "Empty": 1, "Ongoing": 1}
     assert states[3] == dict.fromkeys(COORDINATOR_STATES, 0)
 
@@ -649,32 +707,47 @@ def test_coordinator_open_time_and_state_counts(spark: SparkSession) -> None:
 
 
 def test_timeout_abort_detected_across_two_cycles(spark: SparkSession) -> None:
-    first = run(spark, snapshot(
-        listed_txns=[listed("slow"), listed("fine", pid=7), listed("twopc", pid=8)],
-        txns=[described("slow", epoch=5, start=NOW - 2 * MIN, timeout=MIN),
-              described("fine", pid=7, start=NOW - 10 * SEC, timeout=MIN),
-              described("twopc", pid=8, start=NOW - DAY, timeout=TWO_PHASE_COMMIT_TIMEOUT_MS)],
-    ))
-    assert watched(first) == (("fine", 7, 5, NOW - 10 * SEC + MIN),
-                                     ("slow", PID, 5, NOW - 2 * MIN + MIN))
+    first = run(
+        spark,
+        snapshot(
+            listed_txns=[listed("slow"), listed("fine", pid=7), listed("twopc", pid=8)],
+            txns=[
+                described("slow", epoch=5, start=NOW - 2 * MIN, timeout=MIN),
+                described("fine", pid=7, start=NOW - 10 * SEC, timeout=MIN),
+                described("twopc", pid=8, start=NOW - DAY, timeout=TWO_PHASE_COMMIT_TIMEOUT_MS),
+            ],
+        ),
+    )
+    assert watched(first) == (("fine", 7, 5, NOW - 10 * SEC + MIN), ("slow", PID, 5, NOW - 2 * MIN + MIN))
     assert first.timeout_aborts == ()
 
-    second = run(spark, snapshot(
-        listed_txns=[listed("slow", state="CompleteAbort", coord=2)],
-        txns=[described("slow", epoch=6, state="CompleteAbort", parts=(), coord=2)],
-        brokers=(1, 2),
-    ), previous=first, now=NOW + 30 * SEC)
+    second = run(
+        spark,
+        snapshot(
+            listed_txns=[listed("slow", state="CompleteAbort", coord=2)],
+            txns=[described("slow", epoch=6, state="CompleteAbort", parts=(), coord=2)],
+            brokers=(1, 2),
+        ),
+        previous=first,
+        now=NOW + 30 * SEC,
+    )
     (abort,) = second.timeout_aborts
-    assert (abort.transactional_id, abort.coordinator_id, abort.producer_id, abort.old_epoch,
-            abort.new_epoch) == ("slow", 2, PID, 5, 6)
+    assert (
+        abort.transactional_id,
+        abort.coordinator_id,
+        abort.producer_id,
+        abort.old_epoch,
+        abort.new_epoch,
+    ) == ("slow", 2, PID, 5, 6)
     assert watched(second) == ()
 
 
 def test_abort_before_the_deadline_is_the_producers_own(spark: SparkSession) -> None:
     """Aborted with a bumped epoch (TV2) while its deadline is still ahead: a client abort."""
     previous = watching(("slow", PID, 5, NOW + MIN))
-    result = run(spark, snapshot(
-        txns=[described("slow", epoch=6, state="CompleteAbort", parts=())]), previous=previous)
+    result = run(
+        spark, snapshot(txns=[described("slow", epoch=6, state="CompleteAbort", parts=())]), previous=previous
+    )
     assert result.timeout_aborts == ()
 
 
@@ -698,13 +771,17 @@ def test_timeout_abort_needs_an_abort_with_a_bumped_epoch(
 
 def test_watched_kept_while_its_coordinator_is_unreadable(spark: SparkSession) -> None:
     previous = watching(("slow", PID, 5, NOW - MIN))
-    unreadable = run(spark, snapshot(
-        txns=[described("slow", error="COORDINATOR_LOAD_IN_PROGRESS", state="", parts=())]),
-        previous=previous)
+    unreadable = run(
+        spark,
+        snapshot(txns=[described("slow", error="COORDINATOR_LOAD_IN_PROGRESS", state="", parts=())]),
+        previous=previous,
+    )
     assert watched(unreadable) == (("slow", PID, 5, NOW - MIN),)
-    gone = run(spark, snapshot(
-        txns=[described("slow", error="TRANSACTIONAL_ID_NOT_FOUND", state="", parts=())]),
-        previous=previous)
+    gone = run(
+        spark,
+        snapshot(txns=[described("slow", error="TRANSACTIONAL_ID_NOT_FOUND", state="", parts=())]),
+        previous=previous,
+    )
     assert watched(gone) == ()
     listed_only = run(spark, snapshot(listed_txns=[listed("slow")]), previous=previous)
     assert watched(listed_only) == (("slow", PID, 5, NOW - MIN),)
@@ -717,12 +794,19 @@ def test_watched_kept_while_its_coordinator_is_unreadable(spark: SparkSession) -
 
 def test_empty_snapshot(spark: SparkSession) -> None:
     stats = ComputeStats()
-    result = compute(spark, ClusterSnapshot(cluster="c1", taken_at_ms=NOW), PipelineSettings(),
-                     None, NOW, stats=stats)
+    result = compute(
+        spark, ClusterSnapshot(cluster="c1", taken_at_ms=NOW), PipelineSettings(), None, NOW, stats=stats
+    )
     assert result.cluster == "c1"
     assert result.computed_at_ms == NOW
-    assert (result.partitions, result.findings, result.coordinators, result.timeout_aborts,
-            watched(result), candidates(result)) == ((), (), (), (), (), ())
+    assert (
+        result.partitions,
+        result.findings,
+        result.coordinators,
+        result.timeout_aborts,
+        watched(result),
+        candidates(result),
+    ) == ((), (), (), (), (), ())
     assert result.brokers == ()
     assert by_class(result) == dict.fromkeys(TxnClass, 0)
 
@@ -731,8 +815,10 @@ def test_partial_snapshot_computes_what_it_can(spark: SparkSession) -> None:
     snap = snapshot(
         producers=[producer()],
         partitions=[],  # ListOffsets failed
-        errors=[CollectionError("ListOffsets", "TIMEOUT", broker_id=1),
-                CollectionError("DescribeTransactions", "COORDINATOR_NOT_AVAILABLE")],
+        errors=[
+            CollectionError("ListOffsets", "TIMEOUT", broker_id=1),
+            CollectionError("DescribeTransactions", "COORDINATOR_NOT_AVAILABLE"),
+        ],
         listed_txns=[listed()],
     )
     result = run(spark, snap)
@@ -782,16 +868,23 @@ def test_an_unlisted_owner_is_unknown_while_some_ids_may_be_invisible(
 
 
 def test_reasons_from_a_visible_id_stand_during_a_blind_spot(spark: SparkSession) -> None:
-    snap = snapshot(producers=[producer()], listed_txns=[listed(state="CompleteCommit")],
-                    txns=[described(state="CompleteCommit", parts=())], visible=False)
+    snap = snapshot(
+        producers=[producer()],
+        listed_txns=[listed(state="CompleteCommit")],
+        txns=[described(state="CompleteCommit", parts=())],
+        visible=False,
+    )
     assert only(run(spark, snap)).hanging_reason is HangingReason.COORDINATOR_NOT_OPEN
 
 
 def test_a_candidate_gone_on_the_re_read_closed_between_the_reads(spark: SparkSession) -> None:
     """Churn: the partition was read before its coordinator completed the transaction."""
-    snap = snapshot(producers=[producer()], listed_txns=[listed(state="CompleteCommit")],
-                    txns=[described(state="CompleteCommit", parts=())],
-                    reread=[producer(start=-1)])
+    snap = snapshot(
+        producers=[producer()],
+        listed_txns=[listed(state="CompleteCommit")],
+        txns=[described(state="CompleteCommit", parts=())],
+        reread=[producer(start=-1)],
+    )
     result = run(spark, snap)
     assert result.findings == ()
     assert all(n == 0 for n in by_class(result).values())
@@ -799,15 +892,17 @@ def test_a_candidate_gone_on_the_re_read_closed_between_the_reads(spark: SparkSe
 
 
 def test_a_new_transaction_on_the_re_read_does_not_verify_the_old_one(spark: SparkSession) -> None:
-    snap = snapshot(producers=[producer(start=100)], listed_txns=[listed(state="CompleteCommit")],
-                    txns=[described(state="CompleteCommit", parts=())],
-                    reread=[producer(start=180)])
+    snap = snapshot(
+        producers=[producer(start=100)],
+        listed_txns=[listed(state="CompleteCommit")],
+        txns=[described(state="CompleteCommit", parts=())],
+        reread=[producer(start=180)],
+    )
     assert run(spark, snap).findings == ()
 
 
 def test_a_candidate_whose_partition_was_not_re_read_is_unverified(spark: SparkSession) -> None:
-    snap = replace(snapshot(producers=[producer()]), reread_producers=(),
-                   reread_partitions=frozenset())
+    snap = replace(snapshot(producers=[producer()]), reread_producers=(), reread_partitions=frozenset())
     finding = only(run(spark, snap))
     assert finding.txn_class is TxnClass.UNKNOWN
     assert finding.unknown_reason is UnknownReason.UNVERIFIED
@@ -816,8 +911,7 @@ def test_a_candidate_whose_partition_was_not_re_read_is_unverified(spark: SparkS
 def _confirmed(spark: SparkSession) -> CycleResult:
     settings = PipelineSettings(hanging_confirm_cycles=2)
     first = run(spark, snapshot(producers=[producer()]), settings)
-    second = run(spark, snapshot(producers=[producer()]), settings, previous=first,
-                 now=NOW + 30 * SEC)
+    second = run(spark, snapshot(producers=[producer()]), settings, previous=first, now=NOW + 30 * SEC)
     assert only(second).txn_class is TxnClass.HANGING
     return second
 
@@ -826,14 +920,20 @@ def _confirmed(spark: SparkSession) -> CycleResult:
     "evidence_missing",
     [
         # The partition's leader did not answer DescribeProducers: the row is missing.
-        snapshot(producers=[], partitions=[offsets()],
-                 errors=[CollectionError("DescribeProducers", "REQUEST_TIMED_OUT", broker_id=1)]),
+        snapshot(
+            producers=[],
+            partitions=[offsets()],
+            errors=[CollectionError("DescribeProducers", "REQUEST_TIMED_OUT", broker_id=1)],
+        ),
         # Its coordinator broker is down: the listing is incomplete.
-        snapshot(producers=[producer()], brokers=(1, 2), coordinators_listed=(1,),
-                 errors=[CollectionError("ListTransactions", "TIMEOUT", broker_id=2)]),
+        snapshot(
+            producers=[producer()],
+            brokers=(1, 2),
+            coordinators_listed=(1,),
+            errors=[CollectionError("ListTransactions", "TIMEOUT", broker_id=2)],
+        ),
         # The re-read of its partition failed.
-        replace(snapshot(producers=[producer()]), reread_producers=(),
-                reread_partitions=frozenset()),
+        replace(snapshot(producers=[producer()]), reread_producers=(), reread_partitions=frozenset()),
         # The visibility probe failed.
         snapshot(producers=[producer()], visible=None),
     ],
@@ -851,16 +951,14 @@ def test_a_confirmed_finding_survives_a_cycle_without_evidence(
     assert finding.duration_ms == only(second).duration_ms + 30 * SEC
     assert candidates(third) == ((("t", 0, PID, 100), 2),)  # kept, not restarted
     assert third.brokers[0].hanging_transactions == 1
-    fourth = run(spark, snapshot(producers=[producer()]), settings, previous=third,
-                 now=NOW + 90 * SEC)
+    fourth = run(spark, snapshot(producers=[producer()]), settings, previous=third, now=NOW + 90 * SEC)
     assert only(fourth).txn_class is TxnClass.HANGING
     assert candidates(fourth) == ((("t", 0, PID, 100), 3),)
 
 
 def test_only_positive_evidence_clears_a_confirmed_finding(spark: SparkSession) -> None:
     settings = PipelineSettings(hanging_confirm_cycles=2)
-    closed = run(spark, snapshot(producers=[producer(start=-1)]), settings,
-                 previous=_confirmed(spark))
+    closed = run(spark, snapshot(producers=[producer(start=-1)]), settings, previous=_confirmed(spark))
     assert closed.findings == () and candidates(closed) == ()
     owned = run(spark, legit_snapshot(), settings, previous=_confirmed(spark))
     assert owned.findings == ()
@@ -884,8 +982,7 @@ def test_only_positive_evidence_clears_a_confirmed_finding(spark: SparkSession) 
         # Not overdue when last seen: a new Ongoing with a higher epoch may be commits.
         (described("slow", epoch=7, start=NOW - SEC), NOW - 2 * MIN, 2, 0),
     ],
-    ids=["empty-after-deadline", "reinit-ongoing", "late-commit-v2", "reinit-v1",
-         "not-seen-overdue"],
+    ids=["empty-after-deadline", "reinit-ongoing", "late-commit-v2", "reinit-v1", "not-seen-overdue"],
 )
 def test_timeout_abort_seen_through_the_producers_recovery(
     spark: SparkSession, txn: TransactionDescription, seen_at: int, version: int, expected: int
@@ -901,12 +998,21 @@ def test_timeout_abort_seen_through_the_producers_recovery(
 
 def test_a_timeout_abort_is_counted_once(spark: SparkSession) -> None:
     previous = watching(("slow", PID, 5, NOW - MIN))
-    first = run(spark, snapshot(txns=[described("slow", epoch=6, state="CompleteAbort",
-                                                parts=())]), previous=previous)
-    second = run(spark, snapshot(txns=[described("slow", epoch=7, state="Empty", parts=(),
-                                                 start=-1)]), previous=first, now=NOW + 30 * SEC)
-    third = run(spark, snapshot(txns=[described("slow", epoch=7, start=NOW + 40 * SEC)]),
-                previous=second, now=NOW + 60 * SEC)
+    first = run(
+        spark, snapshot(txns=[described("slow", epoch=6, state="CompleteAbort", parts=())]), previous=previous
+    )
+    second = run(
+        spark,
+        snapshot(txns=[described("slow", epoch=7, state="Empty", parts=(), start=-1)]),
+        previous=first,
+        now=NOW + 30 * SEC,
+    )
+    third = run(
+        spark,
+        snapshot(txns=[described("slow", epoch=7, start=NOW + 40 * SEC)]),
+        previous=second,
+        now=NOW + 60 * SEC,
+    )
     assert [len(r.timeout_aborts) for r in (first, second, third)] == [1, 0, 0]
     assert [c.count for c in third.memory.timeout_aborts_total] == [1]
 
@@ -915,8 +1021,9 @@ def test_a_timeout_abort_is_counted_once(spark: SparkSession) -> None:
 
 
 def test_session_conf_local_connect_and_cluster() -> None:
-    local = session_conf(SparkConfig(local_dir="/tmp/x", driver_memory="1g",
-                                     conf={"spark.sql.shuffle.partitions": "4"}))
+    local = session_conf(
+        SparkConfig(local_dir="/tmp/x", driver_memory="1g", conf={"spark.sql.shuffle.partitions": "4"})
+    )
     assert local["spark.ui.enabled"] == "false"
     assert local["spark.sql.adaptive.enabled"] == "false"
     assert local["spark.driver.host"] == local["spark.driver.bindAddress"] == "127.0.0.1"
@@ -927,8 +1034,9 @@ def test_session_conf_local_connect_and_cluster() -> None:
     assert local["spark.sql.shuffle.partitions"] == "4"  # the operator's conf wins
     cluster = session_conf(SparkConfig(master="spark://m:7077"))
     assert "spark.driver.host" not in cluster
-    connect = session_conf(SparkConfig(connect_url="sc://spark:15002",
-                                       conf={"spark.sql.shuffle.partitions": "4"}))
+    connect = session_conf(
+        SparkConfig(connect_url="sc://spark:15002", conf={"spark.sql.shuffle.partitions": "4"})
+    )
     assert connect == {"spark.sql.shuffle.partitions": "4"}
 
 
@@ -937,8 +1045,7 @@ def test_warmup_snapshot_exercises_legit_and_hanging(spark: SparkSession) -> Non
     from exporter.pipeline.warmup import warmup_snapshot
 
     snapshot = warmup_snapshot()
-    result = compute(spark, snapshot, PipelineSettings(hanging_confirm_cycles=1), None,
-                     snapshot.taken_at_ms)
+    result = compute(spark, snapshot, PipelineSettings(hanging_confirm_cycles=1), None, snapshot.taken_at_ms)
     classes = dict(result.open_transactions_by_class)
     assert classes[TxnClass.HANGING] == 1
     assert classes[TxnClass.ONGOING] == 1

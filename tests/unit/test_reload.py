@@ -156,8 +156,13 @@ def test_ipv6_loopback_listen_address_binds() -> None:
     if not socket.has_ipv6:
         pytest.skip("no IPv6 in this kernel")
     try:
-        server = MetricsServer(CollectorRegistry(), host="::1", port=0,
-                               health=lambda: (True, "ok"), ready=lambda: (True, "ready"))
+        server = MetricsServer(
+            CollectorRegistry(),
+            host="::1",
+            port=0,
+            health=lambda: (True, "ok"),
+            ready=lambda: (True, "ready"),
+        )
     except OSError as e:  # IPv6 disabled on loopback
         pytest.skip(str(e))
     try:

@@ -94,7 +94,9 @@ that keep secrets out of values and kafka_files pointing at mounted files.
 {{- if not (get $spark "local_dir") -}}
 {{- $_ := set $spark "local_dir" (include "kafka-txn-exporter.sparkLocalDir" .) -}}
 {{- end -}}
+{{- $spark = merge $spark (include "kafka-txn-exporter.sparkConfigOverlay" . | fromYaml) -}}
 {{- $_ := set $cfg "spark" $spark -}}
+{{- include "kafka-txn-exporter.historyConfig" (dict "root" . "config" $cfg) -}}
 {{- include "kafka-txn-exporter.checkSecrets" (dict "root" . "config" $cfg) -}}
 {{- toYaml $cfg -}}
 {{- end -}}
@@ -215,6 +217,7 @@ initialDelaySeconds: {{ . }}
       mountPath: {{ include "kafka-txn-exporter.homeDir" . }}
     - name: kte-spark-local
       mountPath: {{ include "kafka-txn-exporter.sparkLocalDir" . }}
+    {{- include "kafka-txn-exporter.historyVolumeMounts" . | nindent 4 }}
     {{- range $i, $s := .Values.kafkaSecrets }}
     - name: {{ include "kafka-txn-exporter.secretVolumeName" (dict "index" $i "secretName" $s.secretName) }}
       mountPath: {{ include "kafka-txn-exporter.secretMountPath" $s }}
@@ -249,6 +252,7 @@ initialDelaySeconds: {{ . }}
 - name: kte-spark-local
   emptyDir:
     {{- include "kafka-txn-exporter.emptyDir" (dict "medium" .Values.scratch.medium "sizeLimit" .Values.scratch.sparkLocalSizeLimit) | nindent 4 }}
+{{- include "kafka-txn-exporter.historyVolumes" . }}
 {{- range $i, $s := .Values.kafkaSecrets }}
 - name: {{ include "kafka-txn-exporter.secretVolumeName" (dict "index" $i "secretName" $s.secretName) }}
   secret:
