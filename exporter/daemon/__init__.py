@@ -142,12 +142,6 @@ class Daemon:
             self.config.web.listen_address,
         )
 
-    def _warm_pipeline(self) -> None:
-        try:
-            self.pipeline.start()
-        except Exception:  # the first cycle retries and reports it
-            log.exception("starting Spark failed")
-
     def _start_http(self) -> None:
         self._server = self._bind(self.config.web)
         self._server.start()

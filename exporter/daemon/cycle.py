@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from exporter.config import ClusterConfig
-from exporter.daemon.pipeline import PipelineRunner
+from exporter.daemon.pipeline import PipelineRunner, PipelineTimeoutError, PipelineUnavailableError
 from exporter.groups_config import BUILTIN_RULES, AttributionRule
 from exporter.kafka.admin import ClusterAdmin
 from exporter.kafka.collector import SnapshotCollector
@@ -151,6 +151,10 @@ class ClusterJob:
                 groups=self.cluster.groups,
                 rules=self.attribution,
             )
+        except (PipelineUnavailableError, PipelineTimeoutError) as e:  # supervised: one line
+            log.warning("pipeline not run for cluster %s: %s", name, e)
+            self._finish(replace(state, up=False), "failed", started)
+            return
         except Exception:
             log.exception("pipeline failed for cluster %s", name)
             self._finish(replace(state, up=False), "failed", started)

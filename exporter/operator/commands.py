@@ -255,7 +255,7 @@ def _add_describe_producers(sub: argparse._SubParsersAction[argparse.ArgumentPar
 
 
 def _find_hanging(admin: ClusterAdmin, target: Target, request: FindHangingRequest) -> int:
-    with hanging.local_spark() as spark:
+    with hanging.local_spark(target.spark) as spark:
         return hanging.find_hanging(admin, spark, target, request)
 
 
@@ -314,7 +314,7 @@ def _add_confirmation(p: argparse.ArgumentParser) -> None:
 
 
 def _abort(admin: ClusterAdmin, target: Target, request: AbortRequest) -> int:
-    with hanging.local_spark() as spark:
+    with hanging.local_spark(target.spark) as spark:
         return actions.abort(admin, spark, target, request)
 
 

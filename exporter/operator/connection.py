@@ -19,6 +19,7 @@ from exporter.config import (
     CLUSTER,
     ClusterConfig,
     ConfigError,
+    SparkConfig,
     cluster_from_flags,
     load_config,
     parse_flag,
@@ -38,6 +39,8 @@ class Target:
     pipeline: PipelineSettings = field(default_factory=PipelineSettings)
     #: The daemon's config file it came from (where the history, if any, is configured).
     config_file: str | None = None
+    #: The daemon's Spark settings (its Connect endpoint is the CLI's warm engine).
+    spark: SparkConfig | None = None
 
     def admin(self) -> ClusterAdmin:
         return ClusterAdmin(
@@ -166,4 +169,4 @@ def _from_config_file(conn: Connection) -> Target:
         cluster = matches[0]
     if timeout_ms is not None:
         cluster = replace(cluster, request_timeout_ms=timeout_ms)
-    return Target(cluster=cluster, pipeline=config.pipeline, config_file=conn.config_file)
+    return Target(cluster=cluster, pipeline=config.pipeline, config_file=conn.config_file, spark=config.spark)
