@@ -31,7 +31,7 @@ import yaml
 
 from exporter.history.config import HistoryConfig, parse_history_section
 from exporter.history.rows import Row, utc_date
-from exporter.history.schema import ACTIONS
+from exporter.history.schema import ACTIONS, CLUSTER_COLUMN, DATE_COLUMN
 
 #: Plan keys kept as the evidence the command saw.
 _EVIDENCE_KEYS = (
@@ -208,7 +208,12 @@ def append_action(history: HistoryConfig, entry: Mapping[str, Any]) -> None:
         from exporter.history.store import arrow_rows
 
         table = arrow_rows(ACTIONS, [row]).drop_columns(["cluster", "date"])
-        directory = Path(history.local_path) / ACTIONS.name / f"cluster={row[0]}" / f"date={row[1]}"
+        directory = (
+            Path(history.local_path)
+            / ACTIONS.name
+            / f"cluster={row[CLUSTER_COLUMN]}"
+            / f"date={row[DATE_COLUMN]}"
+        )
         directory.mkdir(parents=True, exist_ok=True)
         name = f"part-audit-{uuid.uuid4().hex}.parquet"
         tmp = directory / f".{name}.tmp"  # hidden from readers until renamed

@@ -52,6 +52,10 @@ def _c(name: str, kind: str, unit: str, doc: str, *, nullable: bool = False) -> 
     return Column(name, kind, nullable, unit, doc)
 
 
+#: Every dataset's rows start with its partition columns, in this order.
+CLUSTER_COLUMN, DATE_COLUMN = 0, 1
+
+
 def _key(time_name: str, time_doc: str) -> tuple[Column, ...]:
     return (
         _c("cluster", "string", "-", "cluster name (`clusters[].name`); partition column"),

@@ -26,7 +26,7 @@ from typing import Any
 
 from exporter.history.config import HistoryConfig
 from exporter.history.rows import CycleRows, Row, Rows, utc_date
-from exporter.history.schema import DATASETS
+from exporter.history.schema import CLUSTER_COLUMN, DATASETS, DATE_COLUMN
 from exporter.history.store import COMPACTED, HistoryStore
 from exporter.model import ClusterSnapshot, CycleResult
 
@@ -176,7 +176,7 @@ class HistoryWriter:
                     self.rows_written += len(rows)
                     for b in batches:  # written: never again, even if a later dataset fails
                         b.rows.pop(dataset.name, None)
-                    self._touched.update((str(r[0]), str(r[1])) for r in rows)
+                    self._touched.update((str(r[CLUSTER_COLUMN]), str(r[DATE_COLUMN])) for r in rows)
         except Exception as e:
             self.writes_failed += 1
             if not self._failing:

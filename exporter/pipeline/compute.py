@@ -313,7 +313,7 @@ def _assemble(
             key=lambda a: a.transactional_id,
         )
     )
-    group_family = groups_result((r["kind"], r["row"]) for r in rows["groups"]) if "groups" in rows else None
+    group_family = groups_result(rows["groups"]) if "groups" in rows else None
     memory = PipelineMemory(
         groups=group_family.carry if group_family is not None else mem.groups,
         candidates=tuple(

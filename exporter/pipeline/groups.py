@@ -404,7 +404,7 @@ def groups_result(rows: Iterable[Any]) -> GroupsResult:
     """Records from the rows of :meth:`GroupFrames.single` (``(kind, json)`` pairs)."""
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
-        by_kind.setdefault(str(row[0]), []).append(json.loads(row[1]))
+        by_kind.setdefault(str(row["kind"]), []).append(json.loads(row["row"]))
     return groups_result_from_dicts(by_kind)
 
 
