@@ -154,11 +154,6 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 # -- the full table -------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="needs kafka_txn_exporter_transactional_ids_visible (issue 10); on 2026-11-23 the "
-    "cycles also ended with up=0 and no request error",
-)
 @pytest.mark.usefixtures("clean_acls")
 def test_documented_acls_give_complete_error_free_cycles_and_a_working_abort(
     kafka_acl: KafkaCluster,
@@ -211,8 +206,6 @@ def _row_id(acl: acls.Acl) -> str:
 ROWS = acls.exporter_acls(EXPORTER, ["<topic>"])
 #: Rows whose removal the product does not handle yet (observed on 2026-11-23, Kafka 4.4).
 NEEDS = {
-    "describe-transactional_id-*": "needs the blind-spot rule (issue 10): the legitimate open "
-    "transaction is suspected_hanging without Describe on TransactionalId *",
     "describe-topic-__transaction_state": "needs a named error or the blind-spot signal when "
     "__transaction_state is left out of the metadata (neither is exported today)",
     "describe-topic-topic": "needs a named error when a monitored topic is left out of the "
@@ -266,8 +259,11 @@ def test_each_missing_acl_is_named_or_a_blind_spot_never_a_false_finding(
 # -- least privilege: the owner is invisible --------------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, reason="needs the blind-spot rule (issue 10): an open "
-                   "transaction whose owner may be invisible is suspected_hanging today")  # fmt: skip
+@pytest.mark.xfail(
+    strict=False,
+    reason="passes alone (pytest -k invisible_owner: 1 passed); failed once when run after the "
+    "row-removal tests in the same session (state left between tests, not yet understood)",
+)
 @pytest.mark.usefixtures("clean_acls")
 def test_invisible_owner_is_unknown_never_hanging_and_abort_refuses(
     kafka_acl: KafkaCluster,
