@@ -183,7 +183,9 @@ def compute(
 
     classified: DataFrame | None = None
     if any(p.current_txn_start_offset >= 0 for p in snapshot.producers) or mem.candidates:
-        classified = _classified(spark, t, snapshot, settings, mem, now_ms, rules)
+        # Cached for the cycle: every output reads it, and a cached relation is one leaf for
+        # the optimizer instead of the whole classification planned again per output.
+        classified = _classified(spark, t, snapshot, settings, mem, now_ms, rules).persist()
         out["findings"] = (Finding, _findings(classified, settings.max_findings))
         out["class_counts"] = (ClassCount, classified.groupBy("txn_class").count())
         out["unknown_counts"] = (
@@ -221,7 +223,11 @@ def compute(
         family = group_frames(inputs, t["partitions"], txns, groups, now_ms, rules)
         out["groups"] = (_GroupRow, family.single())
 
-    rows = _collect(st, out)
+    try:
+        rows = _collect(st, out)
+    finally:
+        if classified is not None:
+            classified.unpersist()
     result = _assemble(snapshot, settings, mem, rows, now_ms)
     if log.isEnabledFor(logging.DEBUG):
         log.debug(

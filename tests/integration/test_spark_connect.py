@@ -44,7 +44,7 @@ from tests.fixtures_kafka import HangingFactory
 from tests.integration.spark_connect_cycles import CYCLES, comparable, run_cycles
 from tests.unit.test_pipeline import candidates
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).resolve().parent

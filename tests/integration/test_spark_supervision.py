@@ -34,7 +34,7 @@ import pytest
 
 from testbed.broker import KafkaCluster, free_port
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
 #: A JVM start plus a cold first run on a loaded shared 2-core machine can take many minutes.
