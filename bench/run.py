@@ -46,6 +46,7 @@ class Step:
 
 STEPS = (
     Step("pipeline", "pipeline_bench.py", (), ("--sizes", "1000", "10000", "--runs", "3"), 900.0),
+    Step("history", "history_bench.py", (), ("--skip", "report"), 900.0),
     Step(
         "collection",
         "collect_bench.py",
