@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -53,12 +54,58 @@ class BrokerStartError(RuntimeError):
     """A broker did not come up; the message carries the tail of its log."""
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+#: Ports this process has handed out: a port is never handed out twice, even once it is
+#: free again (a JVM that is starting has not bound it yet).
+_HANDED_OUT: set[int] = set()
+#: Where :func:`free_port` looks when the kernel's ephemeral range leaves room below it.
+_LOW_PORT = 10000
+_RANDOM = random.Random()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now and that this process has
+    not handed out before.
+
+    Ports come from below the kernel's ephemeral range: the port the kernel gives a bind to
+    port 0 is one it also gives outgoing connections, so a JVM starting seconds later could
+    find it taken (CI lost a 3-node cluster start to exactly that, on the JMX port).
+    """
+    ephemeral_low, _ = _ephemeral_range()
+    if ephemeral_low - _LOW_PORT >= 1000:
+        for _ in range(200):
+            port = _RANDOM.randrange(_LOW_PORT, ephemeral_low)
+            if port not in _HANDED_OUT and _bindable(port):
+                _HANDED_OUT.add(port)
+                return port
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+
+
+def lost_port_race(error: BaseException) -> bool:
+    """Whether a failed start failed because a port was taken between choice and bind."""
+    return "Address already in use" in str(error)
 
 
 def port_is_open(port: int) -> bool:

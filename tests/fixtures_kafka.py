@@ -44,7 +44,7 @@ with warnings.catch_warnings():
 
 # The imports below pull in kafka-python, which the guarded import above loaded already.
 from testbed.acls import TEST_SASL_USERS  # noqa: E402
-from testbed.broker import BrokerStartError, KafkaCluster, Listener  # noqa: E402
+from testbed.broker import BrokerStartError, KafkaCluster, Listener, lost_port_race  # noqa: E402
 from testbed.maven import KafkaDistribution, fetch  # noqa: E402
 from testbed.oracles import ToolError, TransactionsCommand  # noqa: E402
 from testbed.scenarios import (  # noqa: E402
@@ -78,18 +78,24 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _start_cluster(dist: KafkaDistribution, brokers: int, **options: Any) -> KafkaCluster:
-    cluster = KafkaCluster(
-        dist,
-        brokers=brokers,
-        transaction_max_timeout_ms=TEST_TRANSACTION_MAX_TIMEOUT_MS,
-        abort_timed_out_transaction_cleanup_interval_ms=TEST_ABORT_CLEANUP_INTERVAL_MS,
-        **options,
-    )
-    try:
-        cluster.start()
-    except BrokerStartError as exc:
-        pytest.fail(f"Kafka test cluster ({brokers} node(s)) did not start:\n{exc}")
-    return cluster
+    """A started cluster; a start that lost a port to another process is tried once more
+    with new ports (any other failure fails the test with the broker's log)."""
+    for attempt in (1, 2):
+        cluster = KafkaCluster(
+            dist,
+            brokers=brokers,
+            transaction_max_timeout_ms=TEST_TRANSACTION_MAX_TIMEOUT_MS,
+            abort_timed_out_transaction_cleanup_interval_ms=TEST_ABORT_CLEANUP_INTERVAL_MS,
+            **options,
+        )
+        try:
+            cluster.start()
+        except BrokerStartError as exc:
+            if attempt == 1 and lost_port_race(exc):
+                continue
+            pytest.fail(f"Kafka test cluster ({brokers} node(s)) did not start:\n{exc}")
+        return cluster
+    raise AssertionError("unreachable")
 
 
 @pytest.fixture(scope="session")
