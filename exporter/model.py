@@ -85,6 +85,10 @@ class UnknownReason(enum.StrEnum):
     UNVERIFIED = "unverified"
 
 
+#: The coordinators' log: its partitions map transactional ids to coordinators.
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+
+
 @dataclass(frozen=True, slots=True)
 class Broker:
     broker_id: int

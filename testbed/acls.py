@@ -211,9 +211,9 @@ def exporter_acls(principal: str, topics: Iterable[str]) -> list[Acl]:
         Acl(principal, "TRANSACTIONAL_ID", "*", "DESCRIBE"),
         Acl(principal, "TOPIC", TRANSACTION_STATE_TOPIC, "DESCRIBE"),
     ]
-    for topic in topics:
-        rows.append(Acl(principal, "TOPIC", topic, "DESCRIBE"))
-        rows.append(Acl(principal, "TOPIC", topic, "READ"))
+    # Read implies Describe (Metadata, ListOffsets): a separate Describe row would change
+    # nothing when removed, and DescribeProducers needs Read anyway.
+    rows.extend(Acl(principal, "TOPIC", topic, "READ") for topic in topics)
     return rows
 
 
@@ -243,9 +243,9 @@ def team_acls(principal: str, topics: Iterable[str] = (),
     """A team's usual monitoring grant: Describe on its own transactional-id prefix (not
     ``*``), and Describe/Read on its topics."""
     rows = [Acl(principal, "TRANSACTIONAL_ID", prefix, "DESCRIBE", pattern="PREFIXED")]
-    for topic in topics:
-        rows.append(Acl(principal, "TOPIC", topic, "DESCRIBE"))
-        rows.append(Acl(principal, "TOPIC", topic, "READ"))
+    # Read implies Describe (Metadata, ListOffsets): a separate Describe row would change
+    # nothing when removed, and DescribeProducers needs Read anyway.
+    rows.extend(Acl(principal, "TOPIC", topic, "READ") for topic in topics)
     return rows
 
 

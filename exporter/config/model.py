@@ -221,6 +221,10 @@ def redact_connect_url(url: str) -> str:
     return url.split("/;", 1)[0].split(";", 1)[0]
 
 
+#: Kafka's legal topic name characters: an allow pattern made only of them is a name.
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
 @dataclass(frozen=True)
 class TopicFilter:
     allow: tuple[str, ...] = (".*",)
@@ -236,6 +240,12 @@ class TopicFilter:
             return any(p.fullmatch(topic) for p in allow) and not any(p.fullmatch(topic) for p in deny)
 
         return matches
+
+    def named_topics(self) -> tuple[str, ...]:
+        """Allowed patterns that are plain topic names (``orders``, ``billing.v1``): topics the
+        operator named, so one missing from the metadata is worth asking about."""
+        matches = self.matcher()
+        return tuple(sorted({p for p in self.allow if _TOPIC_NAME.fullmatch(p) and matches(p)}))
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,7 @@ class ClusterJob:
             cluster=cluster.name,
             admin=admin,
             topic_filter=cluster.topics.matcher(),
+            named_topics=cluster.topics.named_topics(),
             read_batch_timestamps=cluster.read_batch_timestamps,
             groups=cluster.groups,
         )

@@ -27,11 +27,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from exporter.kafka import configs as _configs
 from exporter.kafka import fetch as _fetch
 from exporter.kafka import markers as _markers
+from exporter.kafka import metadata as _metadata
 from exporter.kafka import offsets as _offsets
 from exporter.kafka import producers as _producers
 from exporter.kafka import transactions as _transactions
@@ -209,9 +211,17 @@ class ClusterAdmin:
     # -- reads ---------------------------------------------------------------------
 
     def metadata(
-        self, topic_filter: Callable[[str], bool] | None = None, *, deadline: float | None = None
+        self,
+        topic_filter: Callable[[str], bool] | None = None,
+        *,
+        expect: Iterable[str] = (),
+        deadline: float | None = None,
     ) -> ClusterMetadata:
-        """Brokers and partition leaders. Raises KafkaUnavailable when no broker answers."""
+        """Brokers and partition leaders. Raises KafkaUnavailable when no broker answers.
+
+        ``expect``: topics that should be in the listing; those it leaves out are asked for by
+        name (without auto-creation), and the ones Kafka refuses are ``refused_topics``.
+        """
         admin = self._admin()
         try:
             wait_s = timeout_ms(self.request_timeout_ms, deadline, "Metadata") / 1000
@@ -224,7 +234,12 @@ class ClusterAdmin:
             ) from e
         admin.poll(0)
         self._login_failure = None
-        return cluster_metadata(md, topic_filter)
+        metadata = cluster_metadata(md, topic_filter)
+        missing = sorted({name for name in expect if name not in md.topics})
+        if not missing:
+            return metadata
+        wait_ms = timeout_ms(self.request_timeout_ms, deadline, "Metadata")
+        return replace(metadata, refused_topics=_metadata.refused_topics(admin, missing, wait_ms))
 
     def broker_configs(
         self, broker_ids: Iterable[int], *, deadline: float | None = None

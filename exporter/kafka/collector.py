@@ -47,6 +47,7 @@ from exporter.kafka.groups import (
     collect_group_offsets,
     consumable_gaps,
 )
+from exporter.kafka.metadata import TRANSACTION_STATE_TOPIC
 from exporter.kafka.results import Collected, Gather, guarded
 from exporter.model import (
     OPEN_COORDINATOR_STATES,
@@ -165,6 +166,7 @@ class SnapshotCollector:
         cluster: str,
         admin: ClusterAdmin,
         topic_filter: Callable[[str], bool] | None = None,
+        named_topics: Iterable[str] = (),
         read_batch_timestamps: bool = True,
         groups: GroupsConfig | None = None,
         clock: Callable[[], float] = time.time,
@@ -174,6 +176,9 @@ class SnapshotCollector:
         self._groups = groups if groups is not None and groups.enabled else None
         self.admin = admin
         self._topic_filter = topic_filter
+        #: Topics expected in the metadata: ``__transaction_state`` and the ones the config
+        #: names; those left out are asked about, and a refusal is a named error.
+        self._expected_topics = (TRANSACTION_STATE_TOPIC, *named_topics)
         self._read_batch_timestamps = read_batch_timestamps
         self._clock = clock
         self._timestamps: dict[tuple[str, int, int], int] = {}
@@ -206,7 +211,10 @@ class SnapshotCollector:
         stages = _Stages(self._pool, deadline)
         metadata_by = stages.budget("metadata").requests_by
         metadata = stages.timed(
-            "metadata", lambda: self.admin.metadata(self._topic_filter, deadline=metadata_by)
+            "metadata",
+            lambda: self.admin.metadata(
+                self._topic_filter, expect=self._expected_topics, deadline=metadata_by
+            ),
         )
         if partitions is not None:
             wanted = set(partitions)
@@ -252,7 +260,7 @@ class SnapshotCollector:
                         CollectionError(
                             "ListTransactions",
                             "COORDINATOR_NOT_AVAILABLE",
-                            topic="__transaction_state",
+                            topic=TRANSACTION_STATE_TOPIC,
                             partition=p,
                         )
                         for p in metadata.leaderless_transaction_state
@@ -260,7 +268,7 @@ class SnapshotCollector:
                 ),
             )
         listed_ok = frozenset(broker_ids) - {e.broker_id for e in listed.errors if e.broker_id >= 0}
-        if any(e.broker_id < 0 and e.topic != "__transaction_state" for e in listed.errors):
+        if any(e.broker_id < 0 and e.topic != TRANSACTION_STATE_TOPIC for e in listed.errors):
             listed_ok = frozenset()  # the whole stage failed: no broker's listing is known
         described = stages.start(
             "describe_transactions",
@@ -291,7 +299,15 @@ class SnapshotCollector:
                     lambda by: self._consumable_checks(gaps, metadata.leaders, by),
                 )()
 
-        errors: list[CollectionError] = []
+        errors: list[CollectionError] = [
+            CollectionError(
+                "Metadata",
+                error,
+                topic=topic,
+                message=f"topic {topic} is left out of the metadata: Kafka answers {error}",
+            )
+            for topic, error in metadata.refused_topics
+        ]
         for part in (
             configs_done,
             offsets_done,

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.model import Broker
+from exporter.model import TRANSACTION_STATE_TOPIC, Broker
 
-TRANSACTION_STATE_TOPIC = "__transaction_state"
+__all__ = ["TRANSACTION_STATE_TOPIC", "ClusterMetadata", "cluster_metadata", "refused_topics"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +22,10 @@ class ClusterMetadata:
     #: __transaction_state partitions without a leader: the transactional ids they hold are
     #: listed by no coordinator, so "listed by nobody" proves nothing this cycle.
     leaderless_transaction_state: tuple[int, ...] = ()
+    #: (topic, Kafka error name) of expected topics the listing left out and that Kafka then
+    #: refused to describe (TOPIC_AUTHORIZATION_FAILED: no Describe ACL on the topic). The
+    #: full listing drops such topics silently; asked by name, Kafka says why.
+    refused_topics: tuple[tuple[str, str], ...] = ()
 
 
 def cluster_metadata(md: Any, topic_filter: Callable[[str], bool] | None) -> ClusterMetadata:
@@ -50,3 +54,34 @@ def cluster_metadata(md: Any, topic_filter: Callable[[str], bool] | None) -> Clu
         replicas=replicas,
         leaderless_transaction_state=leaderless_state,
     )
+
+
+#: What Kafka answers a topic asked for by name that simply does not exist (not an error:
+#: e.g. ``__transaction_state`` before the cluster's first transaction).
+ABSENT_TOPIC_ERRORS = frozenset({"UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC_OR_PARTITION", "UNKNOWN_TOPIC_ID"})
+
+
+def refused_topics(admin: Any, names: Sequence[str], wait_ms: int) -> tuple[tuple[str, str], ...]:
+    """(topic, error) of each of ``names`` that Kafka refuses to describe.
+
+    DescribeTopics is a Metadata request for just these names that never creates a topic.
+    An error of the request as a whole is not a refusal of any topic: the next cycle asks
+    again.
+    """
+    from confluent_kafka import TopicCollection
+
+    from exporter.kafka.errors import error_name
+
+    refused: list[tuple[str, str]] = []
+    try:
+        futures = admin.describe_topics(TopicCollection(list(names)), request_timeout=wait_ms / 1000)
+    except Exception:
+        return ()
+    for name, future in futures.items():
+        try:
+            future.result(timeout=wait_ms / 1000 + 1)
+        except Exception as e:
+            error = error_name(e)
+            if error not in ABSENT_TOPIC_ERRORS and "AUTHORIZATION" in error:
+                refused.append((name, error))
+    return tuple(sorted(refused))

@@ -63,8 +63,10 @@ def probe_permissions(admin: ClusterAdmin, topics: Sequence[str] | None = None) 
     Raises KafkaUnavailable when the cluster cannot be reached at all."""
     wanted = None if topics is None else set(topics)
     metadata = admin.metadata(
-        None if wanted is None else (lambda t: t in wanted or t == TRANSACTION_STATE_TOPIC)
+        None if wanted is None else (lambda t: t in wanted or t == TRANSACTION_STATE_TOPIC),
+        expect=(TRANSACTION_STATE_TOPIC, *(wanted or ())),
     )
+    refused = dict(metadata.refused_topics)
     brokers = [b.broker_id for b in metadata.brokers]
     checks: list[PermissionCheck] = []
     visible = sorted({t for t, _ in metadata.leaders} - {TRANSACTION_STATE_TOPIC})
@@ -79,7 +81,9 @@ def probe_permissions(admin: ClusterAdmin, topics: Sequence[str] | None = None) 
                     "Describe",
                     "Metadata (every cycle)",
                     Permission.MISSING,
-                    "not in Metadata: the principal may not Describe it, or it does not exist",
+                    f"Kafka refuses it ({refused[topic]}): grant Read (it implies Describe)"
+                    if topic in refused
+                    else "not in Metadata: the topic does not exist",
                 )
             )
         for topic in sorted(wanted & set(visible)):
@@ -107,11 +111,16 @@ def probe_permissions(admin: ClusterAdmin, topics: Sequence[str] | None = None) 
             TRANSACTION_STATE_TOPIC,
             "Describe",
             "Metadata of the coordinators' partitions",
-            Permission.OK if state else Permission.UNVERIFIED,
+            Permission.OK
+            if state
+            else Permission.MISSING
+            if TRANSACTION_STATE_TOPIC in refused
+            else Permission.UNVERIFIED,
             f"{len(state)} partition(s) visible"
             if state
-            else "not in Metadata: no transaction was ever used on this cluster, or Describe "
-            "on it is missing",
+            else f"Kafka refuses it ({refused[TRANSACTION_STATE_TOPIC]})"
+            if TRANSACTION_STATE_TOPIC in refused
+            else "not in Metadata: no transaction was ever used on this cluster",
         )
     )
 

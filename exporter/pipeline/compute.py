@@ -40,6 +40,7 @@ from exporter.model import (
     COORDINATOR_STATES,
     DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
     OPEN_COORDINATOR_STATES,
+    TRANSACTION_STATE_TOPIC,
     TWO_PHASE_COMMIT_TIMEOUT_MS,
     BrokerMetrics,
     ClassCount,
@@ -145,14 +146,19 @@ def listing_incomplete(snapshot: ClusterSnapshot) -> bool:
 
     Every broker is a coordinator for some ``__transaction_state`` partitions, so the listing
     is complete only when every known broker answered ListTransactions. When no broker is
-    known (Metadata failed) an empty ``coordinators_listed`` proves nothing either.
+    known (Metadata failed) an empty ``coordinators_listed`` proves nothing either. Nor does
+    it when ``__transaction_state`` is left out of the metadata (no Describe on it): a
+    leaderless partition of it, whose ids nobody lists, could not be seen.
     """
     listed = snapshot.coordinators_listed
     if not listed:
         return True
     if {b.broker_id for b in snapshot.brokers} - listed:
         return True
-    return any(e.api == LIST_TRANSACTIONS_API for e in snapshot.errors)
+    return any(
+        e.api == LIST_TRANSACTIONS_API or (e.api == "Metadata" and e.topic == TRANSACTION_STATE_TOPIC)
+        for e in snapshot.errors
+    )
 
 
 def compute(

@@ -204,13 +204,9 @@ def _row_id(acl: acls.Acl) -> str:
 
 
 ROWS = acls.exporter_acls(EXPORTER, ["<topic>"])
-#: Rows whose removal the product does not handle yet (observed on 2026-11-23, Kafka 4.4).
-NEEDS = {
-    "describe-topic-__transaction_state": "needs a named error or the blind-spot signal when "
-    "__transaction_state is left out of the metadata (neither is exported today)",
-    "describe-topic-topic": "needs a named error when a monitored topic is left out of the "
-    "metadata (no request error is exported today)",
-}
+#: Rows whose removal the product does not handle yet (id -> reason): none since the
+#: metadata's silent omissions became named errors.
+NEEDS: dict[str, str] = {}
 ROW_PARAMS = [
     pytest.param(
         row,
@@ -259,11 +255,6 @@ def test_each_missing_acl_is_named_or_a_blind_spot_never_a_false_finding(
 # -- least privilege: the owner is invisible --------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="passes alone (pytest -k invisible_owner: 1 passed); failed once when run after the "
-    "row-removal tests in the same session (state left between tests, not yet understood)",
-)
 @pytest.mark.usefixtures("clean_acls")
 def test_invisible_owner_is_unknown_never_hanging_and_abort_refuses(
     kafka_acl: KafkaCluster,
@@ -279,6 +270,8 @@ def test_invisible_owner_is_unknown_never_hanging_and_abort_refuses(
     least.append(acls.Acl(EXPORTER, "CLUSTER", acls.CLUSTER_RESOURCE, "CLUSTER_ACTION"))
     acls.grant(kafka_acl, least)
     daemon = daemon_for(acl_topic)
+    # Earlier tests of the module wrote to partition 0: the transaction starts at its end.
+    start_offset, _ = kafka_acl.end_offsets(acl_topic, 0)
     txn = open_invisible_transaction(kafka_acl, acl_topic, partition=0)
     try:
         per_cycle = []
@@ -290,7 +283,7 @@ def test_invisible_owner_is_unknown_never_hanging_and_abort_refuses(
         code, out, err = cli(
             capsys, "abort", "--bootstrap-server", kafka_acl.bootstrap_for(SASL_LISTENER),
             "--command-config", str(exporter_properties), "--topic", acl_topic,
-            "--partition", "0", "--start-offset", "0", "--yes",
+            "--partition", "0", "--start-offset", str(start_offset), "--yes",
         )  # fmt: skip
         after = kafka_acl.end_offsets(acl_topic, 0)
         still_open = txn.is_open

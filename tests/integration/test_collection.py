@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import pytest
 
@@ -141,8 +141,8 @@ class HangsAfterMetadata(ClusterAdmin):
         self.paused = False
 
     def metadata(self, topic_filter: Callable[[str], bool] | None = None, *,
-                 deadline: float | None = None) -> ClusterMetadata:  # fmt: skip
-        answered = super().metadata(topic_filter, deadline=deadline)
+                 expect: Iterable[str] = (), deadline: float | None = None) -> ClusterMetadata:  # fmt: skip
+        answered = super().metadata(topic_filter, expect=expect, deadline=deadline)
         if self.armed:
             os.kill(self.pid, signal.SIGSTOP)
             self.paused = True
