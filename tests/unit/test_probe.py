@@ -22,11 +22,20 @@ class DenyingAdmin:
         self.find_fails = find_fails
         self.sent: list[str] = []
 
-    def metadata(self, topic_filter: Any = None) -> ClusterMetadata:
+    #: Topics that exist but that Kafka refuses to describe to this principal.
+    hidden = ("secret-topic",)
+
+    def metadata(self, topic_filter: Any = None, *, expect: Iterable[str] = ()) -> ClusterMetadata:
         leaders = {("orders", 0): 1, ("orders", 1): 2, ("payments", 0): 2, ("__transaction_state", 0): 1}
+        listed = {t for t, _ in leaders}
         if topic_filter is not None:
             leaders = {tp: b for tp, b in leaders.items() if topic_filter(tp[0])}
-        return ClusterMetadata(brokers=(Broker(1, "h", 1), Broker(2, "h", 2)), leaders=leaders)
+        refused = tuple(
+            (t, "TOPIC_AUTHORIZATION_FAILED") for t in sorted(expect) if t in self.hidden and t not in listed
+        )
+        return ClusterMetadata(
+            brokers=(Broker(1, "h", 1), Broker(2, "h", 2)), leaders=leaders, refused_topics=refused
+        )
 
     def describe_producers(self, by_broker: Mapping[int, Iterable[tuple[str, int]]]) -> Any:
         self.sent.append(f"DescribeProducers{sorted((b, sorted(t)) for b, t in by_broker.items())}")
@@ -107,3 +116,12 @@ def test_a_named_topic_missing_from_metadata_lacks_describe() -> None:
     assert found[("Topic", "secret-topic", "Describe")] is Permission.MISSING
     assert found[("Topic", "payments", "Describe")] is Permission.OK
     assert found[("Topic", "__transaction_state", "Describe")] is Permission.OK
+
+
+def test_a_refused_topic_and_an_absent_one_are_told_apart() -> None:
+    admin = DenyingAdmin()
+    checks = {
+        c.resource: c for c in probe_permissions(cast(ClusterAdmin, admin), ["secret-topic", "no-such-topic"])
+    }
+    assert "TOPIC_AUTHORIZATION_FAILED" in checks["secret-topic"].detail
+    assert "does not exist" in checks["no-such-topic"].detail
