@@ -57,6 +57,22 @@ def up(registry: CollectorRegistry) -> float:
     return total(registry, "kafka_txn_exporter_up")
 
 
+def strike_after_metadata(daemon: Daemon, fault: Callable[[], object], job: int = 0) -> None:
+    """Make ``fault`` happen inside the job's next cycle, right after Metadata is answered
+    (once): the cycle has its brokers and leaders, and every request after that meets the
+    fault. Deterministic, unlike sleeping into a cycle that takes 0.2 s on an idle machine."""
+    admin = daemon.jobs[job]._collector.admin
+    answer = admin.metadata
+
+    def metadata_then_fault(*args: Any, **kwargs: Any) -> Any:
+        answered = answer(*args, **kwargs)
+        admin.metadata = answer  # type: ignore[method-assign]
+        fault()
+        return answered
+
+    admin.metadata = metadata_then_fault  # type: ignore[method-assign]
+
+
 class CycleInThread:
     """One ``run_cycle`` of a daemon's job in a thread, so a fault can strike during it."""
 

@@ -22,10 +22,6 @@ from tests.faults.support import cycles, http_get, samples, until
 pytestmark = [
     pytest.mark.kafka,
     pytest.mark.spark,
-    pytest.mark.skip(
-        reason="fault suite drafted, not yet passing on the test bed (most cycles ended "
-        "'pipeline failed' at machine load ~20 on 2026-11-23); finish before enabling"
-    ),
 ]
 
 STORM_CLIENTS = 200
