@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 KAFKA_VERSION ?= 4.4.0
 
-.PHONY: setup test lint demo dashboards alerts bench clean
+.PHONY: setup test lint demo dashboards alerts bench soak clean
 
 setup:
 	bash .ci/setup.sh
@@ -26,6 +26,10 @@ alerts: setup
 
 bench: setup
 	$(PY) bench/run.py
+
+# The one-hour soak (bench/soak.py --help for shorter runs).
+soak: setup
+	PYTHONPATH=. $(PY) bench/soak.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -17,8 +17,8 @@ threads and fds per hour. Flat means an RSS slope <= 1 MiB/min and no thread or 
 The run stops by itself: SIGTERM to the daemon after ``--minutes`` (its exit code is
 printed), the churn and the broker stopped.
 
-    .venv/bin/python bench/soak.py                       # 60 minutes
-    .venv/bin/python bench/soak.py --minutes 10 --window 2
+    make soak                                                  # 60 minutes
+    PYTHONPATH=. .venv/bin/python bench/soak.py --minutes 10 --window 2
 """
 
 from __future__ import annotations
