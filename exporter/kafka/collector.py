@@ -78,6 +78,8 @@ STAGE_SHARES = {
     "visibility_probe": 1.0,
     "reread_producers": 1.0,
     "batch_timestamps": 1.0,
+    "groups": 1.0,
+    "consumable_checks": 1.0,
 }
 #: Requests of a stage end this long before its budget (at most), so that they time out on
 #: their own, per broker, and only a stage stuck elsewhere is cut.
@@ -108,7 +110,7 @@ class _Stages:
             return _Budget(None, None)
         now = time.monotonic()
         left = max(0.0, self.deadline - now)
-        cut_at = now + left * STAGE_SHARES[name]
+        cut_at = now + left * STAGE_SHARES.get(name, 1.0)  # a stage nothing waits for: all
         grace = min(MAX_GRACE_S, (cut_at - now) * GRACE_SHARE)
         return _Budget(cut_at, cut_at - grace)
 

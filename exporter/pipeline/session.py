@@ -108,6 +108,11 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
     # cached frames are small; the rest of the heap is for planning and the Arrow hand-over.
     "spark.memory.fraction": "0.5",
     "spark.memory.storageFraction": "0.3",
+    # A cycle's one plan generates ~75 classes; Spark keeps 100 compiled classes by default,
+    # so a cycle evicted what the next one needed and every cycle compiled them all again
+    # (~75 Janino compilations, about 1 s). With room for several plans, a warm cycle
+    # compiles nothing (bench/pipeline_bench.py; CodegenMetrics compilation count).
+    "spark.sql.codegen.cache.maxEntries": "1000",
 }
 
 #: Settings for a remote master: the workload is still small.
@@ -117,6 +122,7 @@ CLUSTER_DEFAULTS: Mapping[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.catalogImplementation": "in-memory",
     "spark.sql.session.timeZone": "UTC",
+    "spark.sql.codegen.cache.maxEntries": "1000",
 }
 
 #: Environment of the embedded JVM: glibc gives each thread that allocates its own 64 MiB
