@@ -22,6 +22,10 @@ The states on the test topic, one per partition:
 * 1: a long legitimate open transaction with plain writes behind it (LSO lag); it stays
   open through the abort of the hanging one.
 
+A consumer group (read_committed, offsets committed at the LSO of partition 0) is blocked by
+the hanging transaction: that pages too (KafkaConsumerGroupBlockedByTransaction, naming the
+transaction), and resolves once the abort moves the LSO.
+
 The states are made before the daemon starts, so its first cycle already sees them.
 """
 
@@ -38,6 +42,7 @@ from typing import Any
 
 import pytest
 import yaml
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from pyspark.sql import SparkSession
 
 from alerts.rules import Thresholds
@@ -46,7 +51,7 @@ from dashboards.metrics_doc import referenced_metrics
 from exporter import cli
 from exporter.config import parse_config
 from exporter.daemon import Daemon, PipelineRunner
-from exporter.metrics.catalogue import IN_FLIGHT
+from exporter.metrics.catalogue import COORDINATOR_PREPARE_TIME_MAX
 from testbed.broker import KafkaCluster, free_port
 from testbed.scenarios import (
     DEFAULT_LATE_BACKDATE_MS,
@@ -91,6 +96,11 @@ DASHBOARD_WAIT_S = 60.0
 CYCLE_DRAIN_S = 90.0
 ROUTING_KEY = "e2e0routing0key0000000000000000a"
 HANGING_ALERT = "KafkaTransactionHanging"
+BLOCKED_ALERT = "KafkaConsumerGroupBlockedByTransaction"
+#: The read_committed group that waits at the hanging transaction's LSO.
+BLOCKED_GROUP = "kte-e2e-reader"
+#: Families the daemon does not emit in this test's setup (consumer groups are on here).
+NOT_EMITTED = frozenset({COORDINATOR_PREPARE_TIME_MAX})
 #: Where the chart is "installed", and what the ServiceMonitor's targets are called.
 RELEASE = "kte"
 NAMESPACE = "kafka-monitoring"
@@ -111,14 +121,15 @@ ALLOWED_EMPTY: dict[str, str] = {
 
 
 def in_flight(expr: str) -> bool:
-    """Queries of families the daemon cannot emit yet on this branch (catalogue.IN_FLIGHT):
-    skipped, and listed in the test log; the list shrinks as the collector gains them."""
-    return bool(referenced_metrics(expr) & IN_FLIGHT)
+    """Queries of families the daemon does not emit in this setup (:data:`NOT_EMITTED`):
+    skipped, and listed in the test log."""
+    return bool(referenced_metrics(expr) & NOT_EMITTED)
 
 
 def chart_values(stand_in: PagerDutyStandIn) -> dict[str, Any]:
     """The chart's values for this test: short ``for:``s, short group timers, the stand-in."""
-    short = {f.name: ALERT_FOR for f in fields(Thresholds) if f.name.endswith("_for")}
+    short: dict[str, object] = {f.name: ALERT_FOR for f in fields(Thresholds) if f.name.endswith("_for")}
+    short["consumer_blocked_seconds"] = 1
     return {
         "serviceMonitor": {"enabled": True},
         "prometheusRule": {"enabled": True},
@@ -179,7 +190,20 @@ def states(kafka: KafkaCluster, topic: str, hanging: HangingFactory
         produce_plain(kafka.bootstrap_servers, topic, partition=LEGIT_PARTITION,
                       records=PLAIN_RECORDS)  # fmt: skip
         txn = hanging(topic, partition=HANGING_PARTITION, backdate_ms=DEFAULT_LATE_BACKDATE_MS)
+        commit_group_offset(kafka, BLOCKED_GROUP, topic, HANGING_PARTITION, txn.start_offset)
         yield TransactionStates(hanging=txn, legit=legit)
+
+
+def commit_group_offset(kafka: KafkaCluster, group: str, topic: str, partition: int, offset: int) -> None:
+    """What a read_committed consumer commits once it has read everything up to the LSO."""
+    [future] = (
+        kafka.admin()
+        .alter_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, partition, offset)])]
+        )
+        .values()
+    )
+    future.result(timeout=30)
 
 
 class CycleTracker:
@@ -221,6 +245,7 @@ def exporter(kafka: KafkaCluster, topic: str, spark: SparkSession, states: Trans
                     "interval": "2s",
                     "request_timeout": "1s",
                     "topics": {"allow": [re.escape(topic)]},
+                    "groups": {"allow": [re.escape(BLOCKED_GROUP)], "blocked_after_cycles": 1},
                 }
             ],
             "web": {"listen_address": f"{LOOPBACK}:0"},
@@ -291,6 +316,18 @@ def hanging_page(stand_in: PagerDutyStandIn, txn: HangingTransaction) -> dict[st
             event.get("event_action") == "trigger"
             and payload(event).get("class") == HANGING_ALERT
             and where in str(payload(event).get("summary", ""))
+        ):
+            return event
+    return None
+
+
+def blocked_page(stand_in: PagerDutyStandIn, txn: HangingTransaction) -> dict[str, Any] | None:
+    """The first ``trigger`` event for the blocked-group alert on ``txn``'s partition."""
+    for event in stand_in.pagerduty_events():
+        if (
+            event.get("event_action") == "trigger"
+            and payload(event).get("class") == BLOCKED_ALERT
+            and f"{txn.topic}-{txn.partition} " in str(payload(event).get("summary", ""))
         ):
             return event
     return None
@@ -408,6 +445,19 @@ def test_hanging_transaction_pages_and_resolves_after_cli_abort(
     assert f"'{txn.transactional_id}'" in description, page
     assert str(details.get("runbook_url", "")).endswith(f"/{HANGING_ALERT}.md"), page
 
+    # 1b. The read_committed group waiting at the hanging transaction's LSO pages too,
+    # naming the transaction that blocks it.
+    blocked = wait_until(
+        lambda: blocked_page(stand_in, txn),
+        timeout_s=PAGE_WAIT_S,
+        what=f"a PagerDuty trigger for {BLOCKED_ALERT} on {txn.topic}-{txn.partition}",
+        diagnostics=diagnostics,
+    )
+    blocked_description = str(custom_details(blocked).get("description", ""))
+    assert f"group {BLOCKED_GROUP} " in blocked_description, blocked
+    assert f"producer id {txn.producer_id} " in blocked_description, blocked
+    assert f"starting at offset {txn.start_offset}." in blocked_description, blocked
+
     # 2. Every dashboard query returns data while hanging, late, LSO lag and an open
     # legitimate transaction are all present, with a `cluster` target label on every series.
     if dashboards.skipped:
@@ -448,4 +498,10 @@ def test_hanging_transaction_pages_and_resolves_after_cli_abort(
         diagnostics=diagnostics,
     )
     log.info("resolved after %.1f s", time.monotonic() - started)
+    wait_until(
+        lambda: resolution(stand_in, str(blocked["dedup_key"])),
+        timeout_s=ALERT_WAIT_S,
+        what=f"the PagerDuty resolve of {BLOCKED_ALERT} (dedup_key {blocked['dedup_key']})",
+        diagnostics=diagnostics,
+    )
     assert states.legit.is_open
