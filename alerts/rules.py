@@ -253,6 +253,14 @@ CONSUMERS = "kafka-transaction-consumers"
 EXPORTER = "kafka-txn-exporter"
 
 
+#: The labels that name one open transaction (with the routing labels and the cluster).
+FINDING_IDENTITY = ("topic", "partition", "producer_id", "start_offset")
+
+
+#: The transactional id of a finding's details (``.Labels`` of its info sample).
+_DETAIL_TXN_ID = "{{ if .Labels.transactional_id }}'{{ .Labels.transactional_id }}'{{ else }}unknown{{ end }}"
+
+
 class _Text:
     """Label-dependent fragments of expressions and templates for one cluster label."""
 
@@ -264,25 +272,36 @@ class _Text:
             "{{ if $labels.transactional_id }}'{{ $labels.transactional_id }}'{{ else }}unknown{{ end }}"
         )
         self.partition = "{{ $labels.topic }}-{{ $labels.partition }}"
-        self.partition_and_leader = (
-            "Partition " + self.partition + " (leader broker "
-            "{{ $labels.broker }}, cluster " + self.cluster + ")"
-        )
         self.find_transaction = "Find it: " + CLI + " list, then " + CLI + " describe --transactional-id ID"
 
     def by(self, *labels: str) -> str:
         """``namespace, job, <cluster label>, labels...``: an aggregation's grouping."""
         return ", ".join([ROUTING_LABELS, self.c, *labels])
 
+    def finding_details(self, info: str, details: str, info_matchers: str = "") -> str:
+        """A template: ``details`` (a template over ``.Labels``) for the current sample of the
+        ``info`` series of this alert's transaction, or nothing when it has none."""
+        matchers = ",".join(f"{label}=%q" for label in (self.c, *FINDING_IDENTITY))
+        if info_matchers:
+            matchers += "," + info_matchers.strip("{}")
+        arguments = " ".join(f"$labels.{label}" for label in (self.c, *FINDING_IDENTITY))
+        selector = f"topk(1, {info}{{{matchers}}})"
+        return "{{ range query (printf `" + selector + "` " + arguments + ") }}" + details + "{{ end }}"
+
     def max_by(self, expr: str, *labels: str) -> str:
         return f"max by ({self.by(*labels)}) ({expr})"
 
-    def finding_or_broker_count(self, info: str, info_label: str, count: str, info_matchers: str = "") -> str:
+    def finding_or_broker_count(self, info: str, count: str, info_matchers: str = "") -> str:
         """Every finding of the ``info`` metric, one alert each; or else, per broker, the
-        ``count`` whose findings the exporter's finding cap left out."""
-        finding = self.by(
-            "broker", "topic", "partition", "producer_id", "start_offset", "transactional_id", info_label
-        )
+        ``count`` whose findings the exporter's finding cap left out.
+
+        A finding's alert is the transaction (:data:`FINDING_IDENTITY`) and nothing else: its
+        leader broker, transactional id and reason can change while it hangs (the leader
+        fails over, a coordinator restarts), and a label that changes is a new alert: the
+        page would resolve and fire again. The details come into the annotations through
+        :meth:`finding_details`.
+        """
+        finding = self.by(*FINDING_IDENTITY)
         broker = self.by("broker")
         return (
             f"max by ({finding}) ({info}{info_matchers})\n"
@@ -300,17 +319,25 @@ def _hanging(t: Thresholds, x: _Text) -> Alert:
         group=TRANSACTIONS,
         severity="critical",
         for_=t.hanging_for,
-        expr=x.finding_or_broker_count(m.HANGING_TRANSACTION_INFO, "reason", m.HANGING_TRANSACTIONS),
+        expr=x.finding_or_broker_count(m.HANGING_TRANSACTION_INFO, m.HANGING_TRANSACTIONS),
         summary=(
             "{{ if $labels.topic }}Hanging transaction on " + x.partition + "{{ else }}"
             "{{ $value }} hanging transaction(s) on broker {{ $labels.broker }}{{ end }}"
             " in cluster " + x.cluster
         ),
         description=(
-            "{{ if $labels.topic }}" + x.partition_and_leader + " has an open transaction of "
-            "producer id {{ $labels.producer_id }} (transactional id " + x.txn_id + ") "
-            "starting at offset {{ $labels.start_offset }} that no coordinator will "
-            "complete (reason: {{ $labels.reason }}). read_committed consumers of this "
+            "{{ if $labels.topic }}Partition "
+            + x.partition
+            + " ("
+            + x.finding_details(m.HANGING_TRANSACTION_INFO, "leader broker {{ .Labels.broker }}, ")
+            + "cluster "
+            + x.cluster
+            + ") has an open transaction of "
+            "producer id {{ $labels.producer_id }} "
+            + x.finding_details(m.HANGING_TRANSACTION_INFO, "(transactional id " + _DETAIL_TXN_ID + ") ")
+            + "starting at offset {{ $labels.start_offset }} that no coordinator will complete"
+            + x.finding_details(m.HANGING_TRANSACTION_INFO, " (reason: {{ .Labels.reason }})")
+            + ". read_committed consumers of this "
             "partition are stuck at offset {{ $labels.start_offset }} and the log cannot "
             "be compacted or cleaned past it. Abort it: " + CLI + " abort --topic "
             "{{ $labels.topic }} --partition {{ $labels.partition }} --start-offset "
@@ -331,7 +358,6 @@ def _late(t: Thresholds, x: _Text) -> Alert:
         for_=t.late_for,
         expr=x.finding_or_broker_count(
             m.LATE_TRANSACTION_INFO,
-            "class",
             m.PARTITIONS_WITH_LATE_TRANSACTIONS,
             '{class!="two_phase_commit"}',
         ),
@@ -341,10 +367,19 @@ def _late(t: Thresholds, x: _Text) -> Alert:
             "{{ end }} in cluster " + x.cluster
         ),
         description=(
-            "{{ if $labels.topic }}" + x.partition_and_leader + " has had a transaction of "
-            "producer id {{ $labels.producer_id }} (transactional id " + x.txn_id + ") open "
-            "since offset {{ $labels.start_offset }} for longer than "
-            "transaction.max.timeout.ms + 5 minutes (class: {{ $labels.class }}). "
+            "{{ if $labels.topic }}Partition "
+            + x.partition
+            + " ("
+            + x.finding_details(m.LATE_TRANSACTION_INFO, "leader broker {{ .Labels.broker }}, ")
+            + "cluster "
+            + x.cluster
+            + ") has had a transaction of "
+            "producer id {{ $labels.producer_id }} "
+            + x.finding_details(m.LATE_TRANSACTION_INFO, "(transactional id " + _DETAIL_TXN_ID + ") ")
+            + "open since offset {{ $labels.start_offset }} for longer than "
+            "transaction.max.timeout.ms + 5 minutes"
+            + x.finding_details(m.LATE_TRANSACTION_INFO, " (class: {{ .Labels.class }})")
+            + ". "
             "The coordinator should have aborted it; it may be hanging."
             "{{ else }}Broker {{ $labels.broker }} of cluster " + x.cluster + " reports "
             "{{ $value }} partition(s) whose oldest transaction is older than "

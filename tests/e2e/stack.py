@@ -495,3 +495,32 @@ def query(prometheus: Server, expr: str) -> list[dict[str, Any]]:
     if not isinstance(result, list):  # a scalar or string result
         return [{"value": result}]
     return result
+
+
+# -- the daemon under test ---------------------------------------------------------------------
+
+
+class CycleTracker:
+    """Counts the daemon's running cycles, so teardown can wait for the one ``stop()``
+    abandons instead of pulling Spark and Kafka from under it."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._running = 0
+
+    def wrap(self, run_cycle: Callable[[], None]) -> Callable[[], None]:
+        def tracked() -> None:
+            with self._changed:
+                self._running += 1
+            try:
+                run_cycle()
+            finally:
+                with self._changed:
+                    self._running -= 1
+                    self._changed.notify_all()
+
+        return tracked
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: self._running == 0, timeout=timeout_s)

@@ -33,9 +33,8 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -62,6 +61,7 @@ from testbed.scenarios import (
 from tests.e2e import operator
 from tests.e2e.stack import (
     LOOPBACK,
+    CycleTracker,
     PagerDutyStandIn,
     Server,
     describe_json,
@@ -204,32 +204,6 @@ def commit_group_offset(kafka: KafkaCluster, group: str, topic: str, partition: 
         .values()
     )
     future.result(timeout=30)
-
-
-class CycleTracker:
-    """Counts the daemon's running cycles, so teardown can wait for the one ``stop()``
-    abandons instead of pulling Spark and Kafka from under it."""
-
-    def __init__(self) -> None:
-        self._changed = threading.Condition()
-        self._running = 0
-
-    def wrap(self, run_cycle: Callable[[], None]) -> Callable[[], None]:
-        def tracked() -> None:
-            with self._changed:
-                self._running += 1
-            try:
-                run_cycle()
-            finally:
-                with self._changed:
-                    self._running -= 1
-                    self._changed.notify_all()
-
-        return tracked
-
-    def wait_idle(self, timeout_s: float) -> bool:
-        with self._changed:
-            return self._changed.wait_for(lambda: self._running == 0, timeout=timeout_s)
 
 
 @pytest.fixture

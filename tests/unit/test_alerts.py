@@ -269,8 +269,29 @@ def test_partition_alerts_name_topic_partition_and_transactional_id() -> None:
     by_name = {rule["alert"]: rule for rule in rules()}
     for name in ("KafkaTransactionHanging", "KafkaTransactionsLate"):
         text = by_name[name]["annotations"]["description"]
-        for label in ("topic", "partition", "broker", "transactional_id", "kafka_cluster"):
+        for label in ("topic", "partition", "kafka_cluster"):
             assert f"$labels.{label}" in text, f"{name}: description lacks {label}"
+        # Details that can change while the transaction hangs are read at notification time.
+        for label in ("broker", "transactional_id"):
+            assert f".Labels.{label}" in text, f"{name}: description lacks {label}"
+
+
+def test_a_finding_alert_is_the_transaction_not_its_leader_or_reason() -> None:
+    """A label that changes while the transaction hangs (the leader fails over, a coordinator
+    restart changes the reason) would make a new alert: the page would resolve and fire."""
+    by_name = {rule["alert"]: rule for rule in rules()}
+    for name in ("KafkaTransactionHanging", "KafkaTransactionsLate"):
+        finding_branch = by_name[name]["expr"].split("\nor\n")[0]
+        grouping = finding_branch.split("max by (", 1)[1].split(")", 1)[0]
+        assert [g.strip() for g in grouping.split(",")] == [
+            "namespace",
+            "job",
+            "kafka_cluster",
+            "topic",
+            "partition",
+            "producer_id",
+            "start_offset",
+        ], name
     assert "kafka_txn_hanging_transaction_info" in by_name["KafkaTransactionHanging"]["expr"]
     assert by_name["KafkaTransactionHanging"]["labels"]["severity"] == "critical"
 
