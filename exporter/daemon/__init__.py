@@ -68,10 +68,12 @@ class Daemon:
         self.pipeline = pipeline or PipelineRunner(config.spark, config.pipeline)
         self.history: Any = None
         if config.history is not None:  # the history store is one more cycle listener
+            from exporter.history.metrics import HistoryMetrics
             from exporter.history.writer import HistoryWriter
 
             self.history = HistoryWriter(config.history, self.pipeline.current_session)
             listeners = (*listeners, self.history)
+            self.registry.register(HistoryMetrics(self.history))
         self._listeners = tuple(listeners)
         self.jobs = [
             ClusterJob.build(c, self.pipeline, self.store, self.metrics, self._listeners)

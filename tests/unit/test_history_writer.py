@@ -178,3 +178,20 @@ def test_the_thread_writes_in_the_background_and_close_flushes() -> None:
     assert w.cycles_written == 8
     w(*make_cycle(scenario()[0]))  # after close: ignored, not queued
     assert w.buffered_cycles == 0
+
+
+def test_the_writers_counters_are_exported_for_prometheus() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from exporter.history.metrics import HistoryMetrics
+
+    w = HistoryWriter(HistoryConfig(path="/unused"), object, start=False)
+    w.cycles_written, w.rows_written, w.cycles_dropped, w.writes_failed = 7, 70, 1, 2
+    registry = CollectorRegistry()
+    registry.register(HistoryMetrics(w))
+    text = generate_latest(registry).decode()
+    assert "kafka_txn_exporter_history_cycles_written_total 7.0" in text
+    assert "kafka_txn_exporter_history_rows_written_total 70.0" in text
+    assert "kafka_txn_exporter_history_cycles_dropped_total 1.0" in text
+    assert "kafka_txn_exporter_history_write_failures_total 2.0" in text
+    assert "kafka_txn_exporter_history_buffered_cycles 0.0" in text
