@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from exporter.exitcodes import ExitCode
 from exporter.history.audit import record_action
 from exporter.kafka.admin import AbortSpec, ClusterAdmin
-from exporter.kafka.errors import KafkaRequestError
+from exporter.kafka.errors import KafkaRequestError, KafkaUnavailable
 from exporter.model import (
     OPEN_COORDINATOR_STATES,
     TWO_PHASE_COMMIT_TIMEOUT_MS,
@@ -519,6 +519,7 @@ def force_terminate(admin: ClusterAdmin, target: Target, request: ForceTerminate
             "changed, run the command again"
         )
     _refuse_unless_ongoing(tid, now_described)
+    plan["lso_before"] = _last_stable_offsets(admin, now_described)
     try:
         producer_id, epoch = admin.force_terminate(tid, before.coordinator_id)
     except KafkaRequestError as e:
@@ -536,6 +537,7 @@ def force_terminate(admin: ClusterAdmin, target: Target, request: ForceTerminate
         new_producer_id=producer_id,
         new_producer_epoch=epoch,
         after=transaction_record(after, int(time.time() * 1000)),
+        lso_after=_last_stable_offsets(admin, now_described),
     )
     record_action("force-terminate", target, plan)
     emit(
@@ -545,6 +547,22 @@ def force_terminate(admin: ClusterAdmin, target: Target, request: ForceTerminate
         f"{epoch}; the transaction is {after.state}.",
     )
     return ExitCode.OK
+
+
+def _last_stable_offsets(admin: ClusterAdmin, d: TransactionDescription) -> dict[str, int]:
+    """``topic-partition`` -> LSO of each partition of the transaction, for the audit (-1 where
+    it could not be read: the audit records what was seen, it never blocks the action)."""
+    wanted = {(tp.topic, tp.partition) for tp in d.partitions}
+    if not wanted:
+        return {}
+    try:
+        topics = {t for t, _ in wanted}
+        leaders = admin.metadata(lambda t: t in topics).leaders
+        read = admin.offsets(sorted(wanted), leaders).rows
+    except (KafkaRequestError, KafkaUnavailable):
+        read = ()
+    found = {(o.topic, o.partition): o.last_stable_offset for o in read}
+    return {f"{t}-{p}": found.get((t, p), -1) for t, p in sorted(wanted)}
 
 
 def _settled(admin: ClusterAdmin, tid: str) -> TransactionDescription:

@@ -395,6 +395,9 @@ def test_abort_refuses_a_legitimate_transaction_and_force_terminate_ends_it(
         txn.is_open = False  # fenced: the producer can no longer end it
     hwm, lso = kafka.end_offsets(topic, 0)
     assert lso == hwm
+    # The audit's evidence: the partition's LSO held at the transaction's start, then freed.
+    assert done["lso_before"] == {f"{topic}-0": start}
+    assert done["lso_after"][f"{topic}-0"] > start
 
     code, _, err = cli(capsys, *terminate, "--yes")
     assert code == 1
