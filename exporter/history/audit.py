@@ -239,4 +239,9 @@ def _os_user() -> str:
 
 
 def _int_or_none(value: object) -> int | None:
+    """An offset, or the lowest known one of a ``{partition: offset}`` map (force-terminate
+    reads every partition of the transaction); None when unknown."""
+    if isinstance(value, dict):
+        known = [v for v in (_int_or_none(x) for x in value.values()) if v is not None]
+        return min(known) if known else None
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
