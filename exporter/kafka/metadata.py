@@ -56,17 +56,13 @@ def cluster_metadata(md: Any, topic_filter: Callable[[str], bool] | None) -> Clu
     )
 
 
-#: What Kafka answers a topic asked for by name that simply does not exist (not an error:
-#: e.g. ``__transaction_state`` before the cluster's first transaction).
-ABSENT_TOPIC_ERRORS = frozenset({"UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC_OR_PARTITION", "UNKNOWN_TOPIC_ID"})
-
-
 def refused_topics(admin: Any, names: Sequence[str], wait_ms: int) -> tuple[tuple[str, str], ...]:
     """(topic, error) of each of ``names`` that Kafka refuses to describe.
 
     DescribeTopics is a Metadata request for just these names that never creates a topic.
-    An error of the request as a whole is not a refusal of any topic: the next cycle asks
-    again.
+    Only an authorization error is a refusal: a topic that does not exist (e.g.
+    ``__transaction_state`` before the cluster's first transaction) is none, and an error of
+    the request as a whole refuses nothing (the next cycle asks again).
     """
     from confluent_kafka import TopicCollection
 
@@ -82,6 +78,6 @@ def refused_topics(admin: Any, names: Sequence[str], wait_ms: int) -> tuple[tupl
             future.result(timeout=wait_ms / 1000 + 1)
         except Exception as e:
             error = error_name(e)
-            if error not in ABSENT_TOPIC_ERRORS and "AUTHORIZATION" in error:
+            if "AUTHORIZATION" in error:
                 refused.append((name, error))
     return tuple(sorted(refused))
