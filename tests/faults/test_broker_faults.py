@@ -134,18 +134,22 @@ def test_coordinator_move_never_makes_a_live_transaction_a_finding(
 ) -> None:
     cluster = kafka_cluster3
     topic = cluster.create_topic(f"coord-move-{time.monotonic_ns()}", partitions=1)
-    txn_id = cluster.transactional_id_coordinated_by("kte-fault-move", broker_ids={1})
+    # Whichever broker coordinates it: earlier tests may have moved leaderships around.
+    txn_id = cluster.transactional_id_coordinated_by("kte-fault-move")
+    coordinator = cluster.coordinator_of(txn_id)
+    elsewhere = min(set(cluster.nodes) - {coordinator})
     daemon = fault_daemon(cluster.bootstrap_servers, topics=[topic])
     with OpenTransaction(
         cluster.bootstrap_servers, topic, transactional_id=txn_id, transaction_timeout_ms=900_000
     ) as legit:
         legit.begin()
         before = run_cycles(daemon, 1)
-        strike_after_metadata(daemon, lambda: faults.move_transaction_state_leader(cluster, txn_id, 2))
+        move = lambda: faults.move_transaction_state_leader(cluster, txn_id, elsewhere)  # noqa: E731
+        strike_after_metadata(daemon, move)
         ended = CycleInThread(daemon).start().finished()
         during = snapshot(daemon.registry)
         after = run_cycles(daemon, RECOVERY_CYCLES)
-        faults.move_transaction_state_leader(cluster, txn_id, 1)
+        faults.move_transaction_state_leader(cluster, txn_id, coordinator)
         legit.commit()
 
     assert ended

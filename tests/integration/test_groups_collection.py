@@ -3,6 +3,7 @@ consumers and transactional producers."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -110,7 +111,14 @@ def test_pending_transactional_offset_commit_is_reported_until_the_transaction_c
         assert pending.pending_transactional_commit
         assert pending.committed_offset == 1  # the last stable commit
         producer.commit_transaction(30)
+        # The commit returns once the coordinator decided; the group coordinator learns it
+        # from the markers a moment later: read again until then (bounded).
         done = collect(admin, kafka, topic, group)[(group, 1)]
+        for _ in range(50):
+            if not done.pending_transactional_commit:
+                break
+            time.sleep(0.2)
+            done = collect(admin, kafka, topic, group)[(group, 1)]
         assert not done.pending_transactional_commit
         assert done.committed_offset == 3
     finally:
