@@ -14,6 +14,7 @@ from exporter.daemon import Daemon, PipelineRunner
 
 #: The interval every fault test's daemon uses, and its request timeout.
 INTERVAL = "5s"
+INTERVAL_S = 5.0
 REQUEST_TIMEOUT = "2s"
 
 DaemonFactory = Callable[..., Daemon]

@@ -109,6 +109,20 @@ def run_cycles(daemon: Daemon, n: int) -> list[CollectorRegistry]:
     return seen
 
 
+def run_scheduled_cycles(daemon: Daemon, n: int, interval_s: float) -> list[CollectorRegistry]:
+    """``n`` cycles started ``interval_s`` apart, as the scheduler would: "recovers within 2
+    intervals" means within the daemon's next two cycles, not two cycles fired back to back
+    the instant a broker process is back (it may still be loading its logs)."""
+    seen: list[CollectorRegistry] = []
+    for i in range(n):
+        started = time.monotonic()
+        daemon.jobs[0].run_cycle()
+        seen.append(snapshot(daemon.registry))
+        if i < n - 1:
+            time.sleep(max(0.0, interval_s - (time.monotonic() - started)))
+    return seen
+
+
 def snapshot(registry: CollectorRegistry) -> CollectorRegistry:
     """A frozen copy of what a scrape would see now."""
     frozen = CollectorRegistry()

@@ -11,17 +11,20 @@ from __future__ import annotations
 import time
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from exporter.daemon import Daemon
 from testbed import acls, faults
 from testbed.broker import SASL_LISTENER, KafkaCluster
 from testbed.scenarios import OpenTransaction, create_hanging_transaction
-from tests.faults.conftest import DaemonFactory
+from tests.faults.conftest import INTERVAL_S, DaemonFactory
 from tests.faults.support import (
     CycleInThread,
     cycles,
     false_findings,
     hanging_keys,
     run_cycles,
+    run_scheduled_cycles,
     samples,
     snapshot,
     strike_after_metadata,
@@ -36,6 +39,11 @@ pytestmark = [
 
 CONFIRM = 2  # the default hanging_confirm_cycles
 RECOVERY_CYCLES = 2
+
+
+def recover(daemon: Daemon) -> list[CollectorRegistry]:
+    """The daemon's next RECOVERY_CYCLES cycles, one interval apart."""
+    return run_scheduled_cycles(daemon, RECOVERY_CYCLES, INTERVAL_S)
 
 
 # -- 1. broker killed during a cycle ---------------------------------------------------------
@@ -57,7 +65,7 @@ def test_broker_killed_during_a_cycle_keeps_the_finding_and_recovers(
         during = snapshot(daemon.registry)
     finally:
         kafka_faults.start_broker(1)
-    after = run_cycles(daemon, RECOVERY_CYCLES)
+    after = recover(daemon)
 
     assert ended, f"the cycle did not end: {in_flight.error!r}"
     assert up(during) == 0 or cycles(during, "partial") + cycles(during, "failed") >= 1
@@ -88,7 +96,7 @@ def test_paused_broker_gives_bounded_failed_cycles_and_no_false_finding(
         with faults.paused(kafka_faults, 1):  # two intervals' worth of cycles
             ended = [CycleInThread(daemon).start().finished() for _ in range(2)]
             during = snapshot(daemon.registry)
-        after = run_cycles(daemon, RECOVERY_CYCLES)
+        after = recover(daemon)
         legit.commit()
 
     assert ended == [True, True]
@@ -148,7 +156,7 @@ def test_coordinator_move_never_makes_a_live_transaction_a_finding(
         strike_after_metadata(daemon, move)
         ended = CycleInThread(daemon).start().finished()
         during = snapshot(daemon.registry)
-        after = run_cycles(daemon, RECOVERY_CYCLES)
+        after = recover(daemon)
         faults.move_transaction_state_leader(cluster, txn_id, coordinator)
         legit.commit()
 
@@ -177,7 +185,7 @@ def test_topic_deleted_and_partitions_added_mid_cycle(
 
     strike_after_metadata(daemon, reshape)
     ended = CycleInThread(daemon).start().finished()
-    after = run_cycles(daemon, RECOVERY_CYCLES)
+    after = recover(daemon)
 
     lag_partitions = {
         (lab["topic"], int(lab["partition"]))
