@@ -61,12 +61,12 @@ from testbed.scenarios import (
 from tests.e2e import operator
 from tests.e2e.stack import (
     LOOPBACK,
-    CycleTracker,
     PagerDutyStandIn,
     Server,
     describe_json,
     prometheus_config,
     query,
+    running,
     start_alertmanager,
     start_prometheus,
     wait_until,
@@ -228,21 +228,8 @@ def exporter(kafka: KafkaCluster, topic: str, spark: SparkSession, states: Trans
         env={},
     )
     daemon = Daemon(config, pipeline=PipelineRunner(config.spark, config.pipeline, session=spark))
-    tracker = CycleTracker()
-    for job in daemon.jobs:  # the scheduler picks run_cycle up in start()
-        job.run_cycle = tracker.wrap(job.run_cycle)  # type: ignore[method-assign]
-    # A cycle takes longer than the 2 s interval here: APScheduler warns at every skipped run.
-    scheduler_log = logging.getLogger("apscheduler.scheduler")
-    previous_level = scheduler_log.level
-    scheduler_log.setLevel(logging.ERROR)
-    try:
-        daemon.start()
+    with running(daemon, CYCLE_DRAIN_S):
         yield daemon
-    finally:
-        daemon.stop()
-        drained = tracker.wait_idle(CYCLE_DRAIN_S)
-        scheduler_log.setLevel(previous_level)
-        assert drained, f"a collection cycle was still running {CYCLE_DRAIN_S:.0f} s after stop()"
 
 
 @pytest.fixture

@@ -27,12 +27,12 @@ from testbed.broker import KafkaCluster, free_port
 from testbed.faults import killed
 from tests.e2e.stack import (
     LOOPBACK,
-    CycleTracker,
     Server,
     describe_json,
     prometheus_config,
     query,
     render_rules,
+    running,
     short_thresholds,
     start_prometheus,
     wait_until,
@@ -62,20 +62,8 @@ def scheduled_daemon(kafka_any: KafkaCluster, topic: str, spark: SparkSession) -
         }],
     }, env={})  # fmt: skip
     daemon = Daemon(config, pipeline=PipelineRunner(config.spark, config.pipeline, session=spark))
-    tracker = CycleTracker()
-    for job in daemon.jobs:
-        job.run_cycle = tracker.wrap(job.run_cycle)  # type: ignore[method-assign]
-    scheduler_log = logging.getLogger("apscheduler.scheduler")
-    previous_level = scheduler_log.level
-    scheduler_log.setLevel(logging.ERROR)  # a cycle under a crash outlasts the 2 s interval
-    try:
-        daemon.start()
+    with running(daemon, CYCLE_DRAIN_S):
         yield daemon
-    finally:
-        daemon.stop()
-        drained = tracker.wait_idle(CYCLE_DRAIN_S)
-        scheduler_log.setLevel(previous_level)
-        assert drained, f"a cycle was still running {CYCLE_DRAIN_S:.0f} s after stop()"
 
 
 @pytest.fixture
