@@ -27,41 +27,44 @@ class WriterCounters(Protocol):
     def buffered_cycles(self) -> int: ...
 
 
+#: (name, kind, help, writer attribute): one row per family.
+FAMILIES: tuple[tuple[str, str, str, str], ...] = (
+    ("cycles_written", "counter", "Cycles whose facts were appended to the history.", "cycles_written"),
+    ("rows_written", "counter", "Rows appended to the history (all datasets).", "rows_written"),
+    (
+        "cycles_dropped",
+        "counter",
+        "Cycles dropped before they were written: the buffer (history.buffer_cycles) was full "
+        "because writes kept failing or could not keep up. Lost history.",
+        "cycles_dropped",
+    ),
+    (
+        "write_failures",
+        "counter",
+        "Failed history writes; their cycles stay buffered and are retried with the next batch.",
+        "writes_failed",
+    ),
+    (
+        "maintenance_failures",
+        "counter",
+        "Failed compactions or retention passes of the history.",
+        "maintenance_failed",
+    ),
+    ("buffered_cycles", "gauge", "Cycles waiting to be written.", "buffered_cycles"),
+    (
+        "last_write_duration_seconds",
+        "gauge",
+        "How long the last history write took (the writer thread, off the cycle's path).",
+        "last_write_seconds",
+    ),
+)
+
+
 class HistoryMetrics(Collector):
     def __init__(self, writer: WriterCounters) -> None:
         self._writer = writer
 
     def collect(self) -> Iterator[Metric]:
-        w = self._writer
-        yield CounterMetricFamily(
-            f"{PREFIX}_cycles_written",
-            "Cycles whose facts were appended to the history.",
-            value=w.cycles_written,
-        )
-        yield CounterMetricFamily(
-            f"{PREFIX}_rows_written", "Rows appended to the history (all datasets).", value=w.rows_written
-        )
-        yield CounterMetricFamily(
-            f"{PREFIX}_cycles_dropped",
-            "Cycles dropped before they were written: the buffer (history.buffer_cycles) was full "
-            "because writes kept failing or could not keep up. Lost history.",
-            value=w.cycles_dropped,
-        )
-        yield CounterMetricFamily(
-            f"{PREFIX}_write_failures",
-            "Failed history writes; their cycles stay buffered and are retried with the next batch.",
-            value=w.writes_failed,
-        )
-        yield CounterMetricFamily(
-            f"{PREFIX}_maintenance_failures",
-            "Failed compactions or retention passes of the history.",
-            value=w.maintenance_failed,
-        )
-        yield GaugeMetricFamily(
-            f"{PREFIX}_buffered_cycles", "Cycles waiting to be written.", value=w.buffered_cycles
-        )
-        yield GaugeMetricFamily(
-            f"{PREFIX}_last_write_duration_seconds",
-            "How long the last history write took (the writer thread, off the cycle's path).",
-            value=w.last_write_seconds,
-        )
+        for name, kind, help_text, attribute in FAMILIES:
+            family = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+            yield family(f"{PREFIX}_{name}", help_text, value=float(getattr(self._writer, attribute)))
