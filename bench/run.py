@@ -47,6 +47,7 @@ class Step:
 STEPS = (
     Step("pipeline", "pipeline_bench.py", (), ("--sizes", "1000", "10000", "--runs", "3"), 900.0),
     Step("history", "history_bench.py", (), ("--skip", "report"), 900.0),
+    Step("groups", "groups_bench.py", (), ("--groups", "200", "--partitions", "50"), 900.0),
     Step(
         "collection",
         "collect_bench.py",
@@ -190,6 +191,12 @@ TARGETS: tuple[tuple[str, tuple[str, ...], tuple[str, float] | None, str], ...] 
         "22",
     ),
     ("5 clusters' round / 1 cluster's cycle", ("clusters5_round_vs_one@",), ("<=", 2.0), "-"),
+    (
+        "groups add to a cycle, 1000 x 100 (s)",
+        ("groups_added_s@1000x100", "groups_added_s@"),
+        ("<=", 1.0),
+        "4.2",
+    ),
 )
 
 

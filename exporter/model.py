@@ -23,6 +23,8 @@ DEFAULT_TRANSACTION_MAX_TIMEOUT_MS = 900_000
 
 #: Coordinator states in which a transaction is open (DescribeTransactions / ListTransactions).
 OPEN_COORDINATOR_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
+#: Coordinator states in which the transaction is decided and its markers are being written.
+PREPARE_STATES = ("PrepareCommit", "PrepareAbort")
 #: Every coordinator state Kafka reports, for zero-filled state gauges.
 COORDINATOR_STATES = (
     "Empty",
@@ -314,6 +316,9 @@ class CoordinatorMetrics:
     #: The same, over KIP-939 two-phase-commit transactions only (0 when none is open).
     two_phase_commit_open_time_max_ms: int = 0
     transactions_by_state: tuple[tuple[str, int], ...] = ()
+    #: How long the id longest in PrepareCommit/PrepareAbort has been seen there: since the
+    #: first cycle that listed it in that state (0 when none; see PreparingTransaction).
+    prepare_time_max_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,6 +367,20 @@ class WatchedTransaction:
 
 
 @dataclass(frozen=True, slots=True)
+class PreparingTransaction:
+    """A transactional id its coordinator lists in PrepareCommit or PrepareAbort (markers
+    being written), with the snapshot time of the first cycle that listed it so. Neither
+    ListTransactions nor DescribeTransactions tells when the state was entered, so the
+    time in the state is counted from the first sighting, one cycle's precision."""
+
+    coordinator_id: int
+    transactional_id: str
+    producer_id: int
+    state: str
+    since_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class HangingCandidate:
     """A hanging candidate or confirmed hanging transaction, with its last evidence."""
 
@@ -384,6 +403,8 @@ class PipelineMemory:
     watched: tuple[WatchedTransaction, ...] = ()
     #: KIP-588 timeout aborts counted since the process started, per coordinator.
     timeout_aborts_total: tuple[CoordinatorCount, ...] = ()
+    #: Ids listed in PrepareCommit/PrepareAbort, with since when (markers pending).
+    preparing: tuple[PreparingTransaction, ...] = ()
     #: What the consumer-group family carries to the next cycle (LSO history, blocked since).
     groups: GroupsCarry = field(default_factory=lambda: GroupsCarry())  # noqa: PLW0108 - declared below
 

@@ -160,11 +160,10 @@ FAMILIES: tuple[Family, ...] = (
     Family(EXPORTER_TRANSACTIONAL_IDS_VISIBLE, "gauge"),
 )
 
-#: Families the collector emits only in some setups (consumer groups configured) or not yet
-#: (markers pending per coordinator); tests/unit/test_catalogue.py lists them.
+#: Families the collector emits only in some setups (consumer groups configured);
+#: tests/unit/test_catalogue.py lists them.
 IN_FLIGHT: frozenset[str] = frozenset(
     {
-        COORDINATOR_PREPARE_TIME_MAX,
         OPEN_TRANSACTIONS_BY_APPLICATION,
         CONSUMER_GROUP_LAG_CONSUMABLE,
         CONSUMER_GROUP_LAG_BLOCKED,

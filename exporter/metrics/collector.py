@@ -262,6 +262,13 @@ class TransactionHealthCollector(Collector):
             "2147483647, KIP-939) the broker coordinates.",
             labels=[self._label, "coordinator"],
         )
+        prepare_time = GaugeMetricFamily(
+            f"{PREFIX}_coordinator_prepare_time_max_seconds",
+            "How long the transactional id longest in PrepareCommit or PrepareAbort (markers "
+            "being written) has been listed so by the broker, counted from the first cycle "
+            "that saw it there (ListTransactions; 0 when none).",
+            labels=[self._label, "coordinator"],
+        )
         by_state = GaugeMetricFamily(
             f"{PREFIX}_coordinator_transactions",
             "Transactional ids the broker coordinates, by coordinator state (ListTransactions).",
@@ -295,6 +302,7 @@ class TransactionHealthCollector(Collector):
                 labels = [s.cluster, str(c.coordinator_id)]
                 open_time.add_metric(labels, c.active_transaction_open_time_max_ms / 1000)
                 two_pc.add_metric(labels, c.two_phase_commit_open_time_max_ms / 1000)
+                prepare_time.add_metric(labels, c.prepare_time_max_ms / 1000)
                 counts = dict(c.transactions_by_state)
                 for state in COORDINATOR_STATES:
                     by_state.add_metric([*labels, state], counts.get(state, 0))
@@ -303,7 +311,7 @@ class TransactionHealthCollector(Collector):
             counts_by_class = dict(r.open_transactions_by_class)
             for txn_class in TxnClass:
                 by_class.add_metric([s.cluster, txn_class.value], counts_by_class.get(txn_class, 0))
-        yield from (open_time, two_pc, by_state, by_class, unknown, aborts)
+        yield from (open_time, two_pc, prepare_time, by_state, by_class, unknown, aborts)
 
     def _finding_families(self, states: list[ClusterState]) -> Iterator[Metric]:
         hanging = GaugeMetricFamily(

@@ -40,6 +40,7 @@ from exporter.model import (
     COORDINATOR_STATES,
     DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
     OPEN_COORDINATOR_STATES,
+    PREPARE_STATES,
     TRANSACTION_STATE_TOPIC,
     TWO_PHASE_COMMIT_TIMEOUT_MS,
     BrokerMetrics,
@@ -56,6 +57,7 @@ from exporter.model import (
     PartitionMetrics,
     PipelineMemory,
     PipelineSettings,
+    PreparingTransaction,
     StartTimeSource,
     TxnClass,
     UnknownCount,
@@ -64,7 +66,9 @@ from exporter.model import (
 )
 from exporter.pipeline.attribution import application_column
 from exporter.pipeline.groups import group_frames, group_input_frames, groups_result
+from exporter.pipeline.tables import Column as TableColumn
 from exporter.pipeline.tables import (
+    Handover,
     Tables,
     arrow_of,
     columns_of,
@@ -184,7 +188,34 @@ def compute(
     """
     st = stats if stats is not None else ComputeStats()
     mem = memory if memory is not None else PipelineMemory()
-    t = Tables(spark, snapshot)
+    with Handover(spark) as handover:
+        rows = _compute_rows(spark, snapshot, settings, mem, now_ms, st, groups, rules, handover)
+    result = _assemble(snapshot, settings, mem, rows, now_ms)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug(
+            "cluster %s: %d partitions, %d findings, %d Spark action(s) in %.2f s",
+            snapshot.cluster,
+            len(result.partitions),
+            len(result.findings),
+            st.actions,
+            sum(st.seconds.values()),
+        )
+    return result
+
+
+def _compute_rows(
+    spark: SparkSession,
+    snapshot: ClusterSnapshot,
+    settings: PipelineSettings,
+    mem: PipelineMemory,
+    now_ms: int,
+    st: ComputeStats,
+    groups: GroupsConfig | None,
+    rules: Sequence[AttributionRule],
+    handover: Handover,
+) -> dict[str, list[Any]]:
+    """Every output table's rows, by table name, from one Spark action."""
+    t = Tables(spark, snapshot, handover)
     out: dict[str, tuple[type, DataFrame]] = {}
 
     classified: DataFrame | None = None
@@ -212,8 +243,12 @@ def compute(
         out["brokers"] = (BrokerMetrics, _broker_frame(t, classified, partitions))
     elif not (t.empty("brokers") and t.empty("broker_configs")):
         out["brokers"] = (BrokerMetrics, _broker_frame(t, None, None))
+    preparing = None
+    if mem.preparing or any(x.state in PREPARE_STATES for x in snapshot.listed_transactions):
+        preparing = _preparing_frame(spark, t, mem, snapshot.taken_at_ms)
+        out["preparing"] = (PreparingTransaction, preparing)
     if snapshot.coordinators_listed or snapshot.transactions or snapshot.listed_transactions:
-        out["coordinators"] = (CoordinatorMetrics, _coordinator_frame(t, now_ms))
+        out["coordinators"] = (CoordinatorMetrics, _coordinator_frame(t, now_ms, preparing))
         out["coordinator_states"] = (CoordinatorStateCount, _coordinator_state_frame(t))
     if any(d.state == "Ongoing" for d in snapshot.transactions):
         out["watched"] = (WatchedTransaction, _watched_frame(t, snapshot.taken_at_ms))
@@ -224,27 +259,18 @@ def compute(
         )
 
     if groups is not None and groups.enabled and snapshot.group_offsets:
-        inputs = group_input_frames(spark, snapshot.group_offsets, snapshot.consumable_checks, mem.groups)
+        inputs = group_input_frames(
+            spark, snapshot.group_offsets, snapshot.consumable_checks, mem.groups, handover
+        )
         txns = classified if classified is not None else frame_of(spark, Finding, [])
         family = group_frames(inputs, t["partitions"], txns, groups, now_ms, rules)
         out["groups"] = (_GroupRow, family.single())
 
     try:
-        rows = _collect(st, out)
+        return _collect(st, out)
     finally:
         if classified is not None:
             classified.unpersist()
-    result = _assemble(snapshot, settings, mem, rows, now_ms)
-    if log.isEnabledFor(logging.DEBUG):
-        log.debug(
-            "cluster %s: %d partitions, %d findings, %d Spark action(s) in %.2f s",
-            snapshot.cluster,
-            len(result.partitions),
-            len(result.findings),
-            st.actions,
-            sum(st.seconds.values()),
-        )
-    return result
 
 
 # --- one action for every output -----------------------------------------------------------
@@ -254,24 +280,29 @@ def _collect(st: ComputeStats, out: dict[str, tuple[type, DataFrame]]) -> dict[s
     """Every output table in one Spark action.
 
     Each table's columns (its record's fields, by name) are prefixed with the table's name
-    and the tables are stacked in one union whose other columns are null, with a ``_table``
-    tag; one ``toArrow()`` brings the whole result back, and each table is cut out of it by
-    its tag. One plan, one job submission, one transfer: Spark's per-action cost is paid
-    once per cycle instead of once per table. (Flat columns rather than one struct per
+    and the tables are stacked in one ``UNION ALL`` whose other columns are null, with a
+    ``_table`` tag; one ``toArrow()`` brings the whole result back, and each table is cut out
+    of it by its tag. One plan, one job submission, one transfer: Spark's per-action cost is
+    paid once per cycle instead of once per table. (Flat columns rather than one struct per
     table: Arrow cannot hand back a null struct whose fields are declared non-null.)
+
+    The union is one SQL statement over the output frames (``spark.sql`` with the frames as
+    arguments) rather than a chain of ``unionByName``: a classic session analyses every
+    DataFrame step eagerly, and a dozen growing unions cost more than the rest of the plan.
     """
     if not out:
         return {}
-    names: dict[str, list[str]] = {}
-    union: DataFrame | None = None
-    for table, (record, frame) in out.items():
-        cols = [c.name for c in columns_of(record)]
-        if record is _CandidateRow:
-            cols = [*_FINDING_COLUMNS, "previous_cycles"]
-        names[table] = cols
-        branch = frame.select(F.lit(table).alias("_table"), *(F.col(c).alias(f"{table}.{c}") for c in cols))
-        union = branch if union is None else union.unionByName(branch, allowMissingColumns=True)
-    assert union is not None
+    columns = {table: _output_columns(record) for table, (record, _) in out.items()}
+    every = [(table, c) for table, cols in columns.items() for c in cols]
+    branches = []
+    for table in out:
+        values = [f"'{table}' AS _table"]
+        for owner, c in every:
+            value = f"`{c.name}`" if owner == table else f"CAST(NULL AS {c.spark.simpleString()})"
+            values.append(f"{value} AS `{owner}.{c.name}`")
+        branches.append(f"SELECT {', '.join(values)} FROM {{{table}}}")
+    frames: dict[str, Any] = {table: frame for table, (_, frame) in out.items()}
+    union = next(iter(frames.values())).sparkSession.sql("\nUNION ALL\n".join(branches), **frames)
     started = time.perf_counter()
     arrow: pa.Table = union.toArrow()
     st.seconds["collect"] = time.perf_counter() - started
@@ -279,11 +310,18 @@ def _collect(st: ComputeStats, out: dict[str, tuple[type, DataFrame]]) -> dict[s
     tags = arrow.column("_table")
     return {
         table: arrow.filter(pc.equal(tags, table))
-        .select([f"{table}.{c}" for c in cols])
-        .rename_columns(cols)
+        .select([f"{table}.{c.name}" for c in cols])
+        .rename_columns([c.name for c in cols])
         .to_pylist()
-        for table, cols in names.items()
+        for table, cols in columns.items()
     }
+
+
+def _output_columns(record: type) -> tuple[TableColumn, ...]:
+    """The columns an output table brings back: its record's, by name."""
+    if record is _CandidateRow:
+        return (*columns_of(Finding), TableColumn("previous_cycles", int, False))
+    return columns_of(record)
 
 
 def _assemble(
@@ -344,6 +382,12 @@ def _assemble(
         ),
         watched=_next_watched(snapshot, mem, rows.get("watched", []), aborts),
         timeout_aborts_total=_abort_totals(mem, coordinators, aborts),
+        preparing=tuple(
+            sorted(
+                records_of(PreparingTransaction, rows.get("preparing", [])),
+                key=lambda p: (p.coordinator_id, p.transactional_id),
+            )
+        ),
     )
     return CycleResult(
         cluster=snapshot.cluster,
@@ -776,7 +820,7 @@ def _described_ok(t: Tables) -> DataFrame:
     return t["transactions"].where(F.col("error").isNull())
 
 
-def _coordinator_frame(t: Tables, now_ms: int) -> DataFrame:
+def _coordinator_frame(t: Tables, now_ms: int, preparing: DataFrame | None) -> DataFrame:
     """Every coordinator that answered ListTransactions (or appears in a result), zero-filled.
     The open-time gauge leaves two-phase-commit transactions out: they get their own."""
     c = F.col
@@ -798,10 +842,37 @@ def _coordinator_frame(t: Tables, now_ms: int) -> DataFrame:
             allowMissingColumns=True,
         )
     )
+    if preparing is not None:
+        union = union.unionByName(
+            preparing.select(
+                "coordinator_id", F.greatest(F.lit(0), F.lit(now_ms) - c("since_ms")).alias("prepare_age")
+            ),
+            allowMissingColumns=True,
+        )
+    else:
+        union = union.select("*", F.lit(None).cast("long").alias("prepare_age"))
     return union.groupBy("coordinator_id").agg(
         F.coalesce(F.max("open_age"), F.lit(0)).alias("active_transaction_open_time_max_ms"),
         F.coalesce(F.max("two_phase_age"), F.lit(0)).alias("two_phase_commit_open_time_max_ms"),
+        F.coalesce(F.max("prepare_age"), F.lit(0)).alias("prepare_time_max_ms"),
     )
+
+
+def _preparing_frame(spark: SparkSession, t: Tables, mem: PipelineMemory, seen_at_ms: int) -> DataFrame:
+    """Markers pending: every id listed in PrepareCommit/PrepareAbort, since the first cycle
+    that listed it in the same state with the same producer id (a new sighting starts at
+    this snapshot's time). A remembered id whose coordinator did not answer ListTransactions
+    this cycle is kept as it was: no evidence either way."""
+    c = F.col
+    key = ["coordinator_id", "transactional_id", "producer_id", "state"]
+    previous = frame_of(spark, PreparingTransaction, mem.preparing)
+    listed = t["listed_transactions"].where(c("state").isin(*PREPARE_STATES)).select(*key).dropDuplicates()
+    current = listed.join(
+        F.broadcast(previous.select(*key, c("since_ms").alias("previous_since_ms"))), key, "left"
+    ).select(*key, F.coalesce(c("previous_since_ms"), F.lit(seen_at_ms).cast("long")).alias("since_ms"))
+    answered = t["coordinators_listed"].select(c("broker_id").alias("coordinator_id"))
+    unanswered = previous.join(F.broadcast(answered), "coordinator_id", "left_anti")
+    return current.unionByName(unanswered.select(*key, "since_ms"))
 
 
 def _coordinator_state_frame(t: Tables) -> DataFrame:

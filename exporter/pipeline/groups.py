@@ -68,6 +68,7 @@ from exporter.model import (
     TxnClass,
 )
 from exporter.pipeline.attribution import application_column
+from exporter.pipeline.tables import Handover
 
 #: The application label of a transaction no rule attributes (or whose id is unknown).
 UNKNOWN_APPLICATION = "unknown"
@@ -116,7 +117,12 @@ AT_LSO = _schema(
 )
 
 
-def _frame(spark: SparkSession, rows: Sequence[tuple[object, ...]], schema: StructType) -> DataFrame:
+def _frame(
+    spark: SparkSession,
+    rows: Sequence[tuple[object, ...]],
+    schema: StructType,
+    handover: Handover | None = None,
+) -> DataFrame:
     """Rows as a DataFrame through Arrow (no Python worker); empty costs no job."""
     if not rows:
         return spark.createDataFrame([], schema)
@@ -125,6 +131,8 @@ def _frame(spark: SparkSession, rows: Sequence[tuple[object, ...]], schema: Stru
         [pa.array(col, type=_ARROW[type(f.dataType)]) for col, f in zip(columns, schema.fields, strict=True)],
         schema=pa.schema([pa.field(f.name, _ARROW[type(f.dataType)], f.nullable) for f in schema.fields]),
     )
+    if handover is not None:
+        return handover.frame(table, schema)
     return spark.createDataFrame(table, schema)
 
 
@@ -143,6 +151,7 @@ def group_input_frames(
     offsets: Sequence[GroupOffset],
     checks: Sequence[ConsumableCheck] = (),
     carry: GroupsCarry | None = None,
+    handover: Handover | None = None,
 ) -> GroupInputs:
     """The snapshot's group records and the previous cycle's carry as DataFrames."""
     carry = carry or GroupsCarry()
@@ -162,21 +171,25 @@ def group_input_frames(
                 for o in offsets
             ],
             GROUP_OFFSETS,
+            handover,
         ),
         checks=_frame(
             spark,
             [(c.topic, c.partition, c.from_offset, c.to_offset, c.consumable_records) for c in checks],
             CONSUMABLE_CHECKS,
+            handover,
         ),
         lso_history=_frame(
             spark,
             [(h.topic, h.partition, h.last_stable_offset, h.cycles) for h in carry.lso_history],
             LSO_HISTORY,
+            handover,
         ),
         at_lso=_frame(
             spark,
             [(a.group, a.topic, a.partition, a.last_stable_offset, a.since_ms) for a in carry.at_lso],
             AT_LSO,
+            handover,
         ),
     )
 
@@ -198,15 +211,13 @@ class GroupFrames:
 
     def single(self) -> DataFrame:
         """Every output in one DataFrame ``(kind string, row string)``, each row as JSON, so
-        that one action reads them all (feed its rows to :func:`groups_result`)."""
-        parts = [
-            frame.select(F.lit(name).alias("kind"), F.to_json(F.struct(*frame.columns)).alias("row"))
-            for name, frame in self.named().items()
-        ]
-        result = parts[0]
-        for part in parts[1:]:
-            result = result.unionByName(part)
-        return result
+        that one action reads them all (feed its rows to :func:`groups_result`). One SQL
+        union over the frames, not a chain of ``unionByName``: see ``compute._collect``."""
+        frames: dict[str, Any] = self.named()
+        union = "\nUNION ALL\n".join(
+            f"SELECT '{name}' AS kind, to_json(struct(*)) AS row FROM {{{name}}}" for name in frames
+        )
+        return self.lags.sparkSession.sql(union, **frames)
 
 
 def group_frames(
@@ -525,6 +536,7 @@ def compute_groups(
     rules: Sequence[AttributionRule] = BUILTIN_RULES,
 ) -> GroupsResult:
     """The whole group family in one Spark action."""
-    inputs = group_input_frames(spark, offsets, checks, carry)
-    frames = group_frames(inputs, partitions, open_transactions, config, now_ms, rules)
-    return groups_result(frames.single().collect())
+    with Handover(spark) as handover:
+        inputs = group_input_frames(spark, offsets, checks, carry, handover)
+        frames = group_frames(inputs, partitions, open_transactions, config, now_ms, rules)
+        return groups_result(frames.single().collect())

@@ -46,11 +46,9 @@ from pyspark.sql import SparkSession
 
 from alerts.rules import Thresholds
 from dashboards.generate import prometheus_expressions
-from dashboards.metrics_doc import referenced_metrics
 from exporter import cli
 from exporter.config import parse_config
 from exporter.daemon import Daemon, PipelineRunner
-from exporter.metrics.catalogue import COORDINATOR_PREPARE_TIME_MAX
 from testbed.broker import KafkaCluster, free_port
 from testbed.scenarios import (
     DEFAULT_LATE_BACKDATE_MS,
@@ -99,8 +97,6 @@ HANGING_ALERT = "KafkaTransactionHanging"
 BLOCKED_ALERT = "KafkaConsumerGroupBlockedByTransaction"
 #: The read_committed group that waits at the hanging transaction's LSO.
 BLOCKED_GROUP = "kte-e2e-reader"
-#: Families the daemon does not emit in this test's setup (consumer groups are on here).
-NOT_EMITTED = frozenset({COORDINATOR_PREPARE_TIME_MAX})
 #: Where the chart is "installed", and what the ServiceMonitor's targets are called.
 RELEASE = "kte"
 NAMESPACE = "kafka-monitoring"
@@ -118,12 +114,6 @@ ALLOWED_EMPTY: dict[str, str] = {
     "request failed; against a healthy broker none fails (tests/integration/test_daemon.py "
     "covers them)",
 }
-
-
-def in_flight(expr: str) -> bool:
-    """Queries of families the daemon does not emit in this setup (:data:`NOT_EMITTED`):
-    skipped, and listed in the test log."""
-    return bool(referenced_metrics(expr) & NOT_EMITTED)
 
 
 def chart_values(stand_in: PagerDutyStandIn) -> dict[str, Any]:
@@ -320,16 +310,8 @@ class DashboardQueries:
         self.expressions = prometheus_expressions()
         self.series: dict[str, int] = {}
 
-    @property
-    def skipped(self) -> list[str]:
-        return [e for e in self.expressions if in_flight(e)]
-
     def missing(self) -> list[str]:
-        return [
-            e
-            for e in self.expressions
-            if self.series.get(e, 0) == 0 and e not in ALLOWED_EMPTY and not in_flight(e)
-        ]
+        return [e for e in self.expressions if self.series.get(e, 0) == 0 and e not in ALLOWED_EMPTY]
 
     def all_have_data(self) -> bool | None:
         self.series = {expr: len(query(self._prometheus, expr)) for expr in self.expressions}
@@ -338,13 +320,7 @@ class DashboardQueries:
     def describe(self) -> str:
         lines = ["--- dashboard queries (series returned):"]
         for expr in self.expressions:
-            note = (
-                " (allowed empty)"
-                if expr in ALLOWED_EMPTY
-                else " (skipped: family not emitted yet)"
-                if in_flight(expr)
-                else ""
-            )
+            note = " (allowed empty)" if expr in ALLOWED_EMPTY else ""
             lines.append(f"{self.series.get(expr, '?')!s:>4}  {expr}{note}")
         return "\n".join(lines)
 
@@ -421,11 +397,6 @@ def test_hanging_transaction_pages_and_resolves_after_cli_abort(
 
     # 2. Every dashboard query returns data while hanging, late, LSO lag and an open
     # legitimate transaction are all present, with a `cluster` target label on every series.
-    if dashboards.skipped:
-        log.warning(
-            "dashboard queries skipped (families not emitted by the daemon on this branch yet):\n%s",
-            "\n".join(dashboards.skipped),
-        )
     wait_until(
         dashboards.all_have_data,
         timeout_s=DASHBOARD_WAIT_S,

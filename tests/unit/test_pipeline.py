@@ -665,6 +665,65 @@ def test_broker_metrics_zero_filled_with_config(spark: SparkSession) -> None:
     ]
 
 
+def _listing(
+    *entries: tuple[str, int, str, int], answered: Iterable[int] = (1, 2), at: int = NOW
+) -> ClusterSnapshot:
+    """A snapshot whose coordinators list these (transactional id, producer id, state,
+    coordinator) entries, taken at ``at``."""
+    snap = snapshot(brokers=(1, 2), coordinators_listed=answered, listed_txns=[listed(*e) for e in entries])
+    return replace(snap, taken_at_ms=at)
+
+
+def _prepare_times(result: CycleResult) -> dict[int, int]:
+    return {c.coordinator_id: c.prepare_time_max_ms for c in result.coordinators}
+
+
+def test_markers_pending_time_counts_from_the_first_cycle_that_listed_the_id_in_prepare(
+    spark: SparkSession,
+) -> None:
+    first = run(spark, _listing(("stuck", 7, "PrepareCommit", 1), ("busy", 8, "Ongoing", 2)))
+    assert _prepare_times(first) == {1: 0, 2: 0}
+    later = NOW + 3 * MIN
+    second = run(
+        spark,
+        _listing(("stuck", 7, "PrepareCommit", 1), ("busy", 8, "PrepareAbort", 2), at=later),
+        previous=first,
+        now=later,
+    )
+    assert _prepare_times(second) == {1: 3 * MIN, 2: 0}
+    done = run(
+        spark,
+        _listing(("stuck", 7, "CompleteCommit", 1), ("busy", 8, "PrepareAbort", 2), at=later + MIN),
+        previous=second,
+        now=later + MIN,
+    )
+    assert _prepare_times(done) == {1: 0, 2: MIN}
+    assert [p.transactional_id for p in done.memory.preparing] == ["busy"]
+
+
+def test_markers_pending_restarts_for_a_new_state_or_producer_id(spark: SparkSession) -> None:
+    first = run(spark, _listing(("a", 7, "PrepareCommit", 1), ("b", 8, "PrepareCommit", 2)))
+    later = NOW + MIN
+    second = run(
+        spark,
+        _listing(("a", 7, "PrepareAbort", 1), ("b", 9, "PrepareCommit", 2), at=later),
+        previous=first,
+        now=later,
+    )
+    assert _prepare_times(second) == {1: 0, 2: 0}
+
+
+def test_markers_pending_keeps_counting_through_an_unanswered_listing(spark: SparkSession) -> None:
+    first = run(spark, _listing(("stuck", 7, "PrepareCommit", 1)))
+    later = NOW + 2 * MIN
+    blind = run(spark, _listing(answered=(2,), at=later), previous=first, now=later)
+    assert [p.transactional_id for p in blind.memory.preparing] == ["stuck"]
+    seen = run(
+        spark, _listing(("stuck", 7, "PrepareCommit", 1), at=later + MIN), previous=blind, now=later + MIN
+    )
+    assert _prepare_times(seen)[1] == 3 * MIN
+
+
 def test_coordinator_open_time_and_state_counts(spark: SparkSession) -> None:
     snap = snapshot(
         brokers=(1, 2, 3),
