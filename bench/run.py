@@ -3,12 +3,14 @@
 In order, each as a subprocess with a time limit, its output streamed as it comes:
 
 1. ``bench/pipeline_bench.py``: the Spark pipeline alone, warm, at 1k/10k/100k partitions;
-2. ``bench/collect_bench.py``: collection, ours vs naive vs Kafka's find-hanging;
-3. ``bench/daemon_memory.py`` on 1 broker / 3000 partitions: the daemon's cycle against
+2. ``bench/history_bench.py``: the history store's write cost and reports;
+3. ``bench/groups_bench.py``: what the consumer-group family adds to a cycle (1000 x 100);
+4. ``bench/collect_bench.py``: collection, ours vs naive vs Kafka's find-hanging;
+5. ``bench/daemon_memory.py`` on 1 broker / 3000 partitions: the daemon's cycle against
    Kafka's find-hanging, first cycle, 5 clusters in one process, thin (Connect) mode, the
    CLI's find-hanging warm and cold;
-4. the same at 10k partitions for 5+ minutes: RSS peak and slope after minute 2;
-5. the same on 3 brokers / 10k partitions: the daemon's cycle against Kafka's find-hanging.
+6. the same at 10k partitions for 5+ minutes: RSS peak and slope after minute 2;
+7. the same on 3 brokers / 10k partitions: the daemon's cycle against Kafka's find-hanging.
 
 Then one table: each figure beside its target and its anchor (the figure before this work,
 from the issue). Scripts report figures as ``FIGURE<TAB>name<TAB>value`` lines.
