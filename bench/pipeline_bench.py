@@ -10,6 +10,7 @@ resident memory (the Python process and, in local mode, the JVM it started).
     .venv/bin/python bench/pipeline_bench.py                  # 1k, 10k, 100k partitions
     .venv/bin/python bench/pipeline_bench.py --sizes 1000 --runs 5
     .venv/bin/python bench/pipeline_bench.py --conf spark.sql.shuffle.partitions=1
+    .venv/bin/python bench/pipeline_bench.py --connect --sizes 1000 10000   # over Spark Connect
 
 No assertion on time: the figures are for reading, not for CI.
 """
@@ -43,6 +44,7 @@ from exporter.model import (
 )
 from exporter.pipeline.compute import ComputeStats, compute
 from exporter.pipeline.session import spark_session, stop
+from testbed.broker import free_port
 
 NOW = 1_700_000_000_000
 MIN = 60_000
@@ -220,14 +222,27 @@ def main() -> None:
     parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting, repeatable"
     )
+    parser.add_argument(
+        "--connect",
+        action="store_true",
+        help="run the cycles over Spark Connect: the local driver serves Connect on a loopback "
+        "port (as the daemon's spark.connect_server_port does) and a Connect client session runs "
+        "the pipeline on it",
+    )
     args = parser.parse_args()
 
     conf = dict(item.split("=", 1) for item in args.conf)
-    spark = spark_session(SparkConfig(master=args.master, driver_memory=args.driver_memory, conf=conf))
+    port = free_port() if args.connect else None
+    server = spark_session(
+        SparkConfig(master=args.master, driver_memory=args.driver_memory, conf=conf, connect_server_port=port)
+    )
+    spark = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").create() if port else server
     try:
         rows = [bench(spark, n, args.runs) for n in args.sizes]
     finally:
-        stop(spark)
+        if spark is not server:
+            spark.stop()
+        stop(server)
     header = (
         f"{'partitions':>10} {'producers':>9} {'open':>6} {'snap_s':>7} {'cycle_s':>8} "
         f"{'max_s':>7} {'actions':>7} {'findings':>8} {'py_rss_mb':>9} {'jvm_rss_mb':>10}"
