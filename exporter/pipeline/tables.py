@@ -25,7 +25,6 @@ there every table stays in the plan.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import enum
 import functools
@@ -53,6 +52,7 @@ from exporter.model import (
     ProducerState,
     TransactionDescription,
 )
+from exporter.pipeline.session import is_local_master
 
 R = TypeVar("R")
 
@@ -170,11 +170,9 @@ class Handover:
 
 def _reads_our_files(spark: SparkSession) -> bool:
     """A classic session whose driver and executors run in a JVM on this host."""
-    with contextlib.suppress(Exception):
-        context = getattr(spark, "_sc", None)  # Spark Connect sessions have none
-        master = getattr(context, "master", None)
-        return isinstance(master, str) and (master == "local" or master.startswith("local["))
-    return False
+    context = getattr(spark, "_sc", None)  # Spark Connect sessions have none
+    master = getattr(context, "master", None)
+    return isinstance(master, str) and is_local_master(master)
 
 
 def record_of(record: type[R], row: Mapping[str, Any], **extra: Any) -> R:
