@@ -264,34 +264,29 @@ def _compute_rows(
         family = group_frames(inputs, t["partitions"], txns, groups, now_ms, rules)
         out["groups"] = (_GroupRow, family.single())
 
-    try:
-        return _collect(st, out)
-    finally:
-        if classified is not None and not _is_connect(classified):
-            classified.unpersist()
-
-
-def _is_connect(frame: DataFrame) -> bool:
-    return type(frame).__module__.startswith("pyspark.sql.connect")
+    return _collect(st, out)
 
 
 def _shared(frame: DataFrame, st: ComputeStats) -> DataFrame:
-    """A frame every output of the cycle reads, made one leaf of the cycle's plan.
+    """A frame every output of the cycle reads, made one leaf of the cycle's plan: a lazy
+    local checkpoint (``localCheckpoint(eager=False)``), computed once inside the cycle's one
+    action and kept in the driver's block manager until the frame is collected.
 
-    On a classic session it is cached (``persist``): the optimizer sees one in-memory
-    relation instead of planning the whole classification again per output, and it is
-    computed once, inside the cycle's one action. Spark Connect sends a plan as a tree, so a
-    frame read by six outputs travelled and was analysed six times, with every input table
-    inside each copy: at 10k partitions the server's 512m heap ran out (OutOfMemoryError;
-    2.5-3.2 s a cycle with a 2g heap). There it is checkpointed on the server instead
-    (``localCheckpoint``, one more action) and the outputs refer to it by id: 1.6 s a cycle
-    at 10k partitions with 512m. Released with the frame (Connect's cached relation)."""
-    if not _is_connect(frame):
-        return frame.persist()
+    A classic session analyses every DataFrame step eagerly over the whole plan beneath it:
+    with the classification (nine joins and a window) under each of the dozen output steps,
+    and under the final union, that re-analysis was most of a cycle's plan building (the
+    union alone: ~0.2 s of analysis at 10k partitions, ~0.03 s over the leaf). Cached with
+    ``persist`` instead, the plan stayed whole and was planned once more for the cache.
+    Spark Connect sends a plan as a tree, so there a frame read by six outputs travelled and
+    was analysed six times with every input table inside each copy (a 512m server ran out of
+    heap at 10k partitions): the checkpoint is one relation on the server, read by id.
+    Measured with bench/pipeline_bench.py (docs/operations.md, "The embedded driver").
+
+    Building the leaf plans the classification (its broadcast joins run here); the time is
+    recorded as ``checkpoint``."""
     started = time.perf_counter()
-    pinned = frame.localCheckpoint(eager=True)
+    pinned = frame.localCheckpoint(eager=False)
     st.seconds["checkpoint"] = time.perf_counter() - started
-    st.actions += 1
     return pinned
 
 

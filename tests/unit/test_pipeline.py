@@ -902,7 +902,7 @@ def test_every_output_comes_back_in_one_spark_action(spark: SparkSession) -> Non
     assert len(result.timeout_aborts) == 1
     assert result.findings and result.partitions and result.brokers and result.coordinators
     assert stats.actions == 1
-    assert set(stats.seconds) == {"collect"}
+    assert set(stats.seconds) == {"checkpoint", "collect"}
 
 
 # --- trust: blind spots, read-verify, missing evidence ----------------------------------------
