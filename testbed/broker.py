@@ -758,7 +758,9 @@ class KafkaCluster:
         config: Mapping[str, str] | None = None,
         timeout_s: float = 30.0,
     ) -> str:
-        """Create a topic and wait until every partition has a leader."""
+        """Create a topic and wait until every partition has a leader that answers ListOffsets
+        (the metadata names a leader before the leader has loaded the partition: a reader that
+        comes too soon gets NOT_LEADER_OR_FOLLOWER)."""
         rf = replication_factor or self.replication_factor
         topic = NewTopic(name, num_partitions=partitions, replication_factor=rf,
                          config=dict(config or {}))  # fmt: skip
@@ -769,7 +771,24 @@ class KafkaCluster:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"topic {name} has leaderless partitions")
             time.sleep(0.2)
+        while not self._all_partitions_answer(name, partitions):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topic {name}: not every partition answers ListOffsets")
+            time.sleep(0.2)
         return name
+
+    def _all_partitions_answer(self, topic: str, partitions: int) -> bool:
+        from confluent_kafka.admin import OffsetSpec
+
+        wanted = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
+        try:
+            futures = self.admin().list_offsets(wanted, request_timeout=5)
+            for future in futures.values():
+                future.result(timeout=10)
+        except KafkaException as exc:
+            log.debug("topic %s not readable yet: %s", topic, exc)
+            return False
+        return True
 
     def _all_partitions_led(self, topic: str, partitions: int) -> bool:
         md = self.admin().list_topics(topic=topic, timeout=5)

@@ -293,21 +293,32 @@ def group_frames(
         config.max_blocked
     )
 
-    counts = blocked_all.groupBy("group").agg(F.count(F.lit(1)).alias("blocked_partitions"))
+    # One aggregation over the offsets and the blocked partitions together (a group is blocked
+    # only on partitions it has offsets for): no separate job to broadcast per-group counts.
+    none_int = F.lit(None).cast("int")
     groups = (
-        inputs.offsets.groupBy("group")
-        .agg(
-            F.max("coordinator_id").alias("coordinator_id"),
-            F.max("group_state").alias("group_state"),
-            F.sum(c("pending_transactional_commit").cast("int")).alias("unstable_offset_commits"),
-        )
-        .join(F.broadcast(counts), "group", "left")
-        .select(
+        inputs.offsets.select(
             "group",
             "coordinator_id",
             "group_state",
-            F.coalesce(c("blocked_partitions"), F.lit(0)).alias("blocked_partitions"),
-            "unstable_offset_commits",
+            c("pending_transactional_commit").cast("int").alias("unstable"),
+            F.lit(0).alias("blocked"),
+        )
+        .unionByName(
+            blocked_all.select(
+                "group",
+                none_int.alias("coordinator_id"),
+                F.lit(None).cast("string").alias("group_state"),
+                none_int.alias("unstable"),
+                F.lit(1).alias("blocked"),
+            )
+        )
+        .groupBy("group")
+        .agg(
+            F.max("coordinator_id").alias("coordinator_id"),
+            F.max("group_state").alias("group_state"),
+            F.sum("blocked").alias("blocked_partitions"),
+            F.sum("unstable").alias("unstable_offset_commits"),
         )
     )
 

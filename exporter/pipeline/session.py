@@ -56,12 +56,15 @@ CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 #:   native memory), and with the free-ratio bounds it shrinks the committed heap after a full
 #:   collection instead of keeping the high-water mark (tighter bounds, 10/30, were measured
 #:   to spend a third of the JVM's CPU in full collections);
+#: * a young generation of at most 48 MiB: by default a third of the heap, which the heap
+#:   grows to fill between collections (JVM RSS 849 -> 752 MiB at 10k partitions, same speed);
 #: * a bounded code cache and metaspace (Spark's generated classes are few for one pipeline);
 #: * two JIT compiler threads (a 2-core pod), 512 KiB thread stacks (Spark starts ~60 threads);
 #: * exit on OutOfMemoryError: a JVM in that state is useless; the daemon's supervision
 #:   notices the death and starts a new session.
 LEAN_JVM_OPTIONS: tuple[str, ...] = (
     "-XX:+UseSerialGC",
+    "-XX:MaxNewSize=48m",
     "-XX:MinHeapFreeRatio=20",
     "-XX:MaxHeapFreeRatio=40",
     "-Xms64m",
@@ -108,11 +111,15 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
     # cached frames are small; the rest of the heap is for planning and the Arrow hand-over.
     "spark.memory.fraction": "0.5",
     "spark.memory.storageFraction": "0.3",
-    # A cycle's one plan generates ~75 classes; Spark keeps 100 compiled classes by default,
-    # so a cycle evicted what the next one needed and every cycle compiled them all again
-    # (~75 Janino compilations, about 1 s). With room for several plans, a warm cycle
-    # compiles nothing (bench/pipeline_bench.py; CodegenMetrics compilation count).
-    "spark.sql.codegen.cache.maxEntries": "1000",
+    # No code generation: a cycle's tables are thousands of rows, not billions, and Spark's
+    # interpreted operators handle them faster than it compiles the generated classes.
+    # Generated code inlines literals, so the cycle's clock made every warm cycle compile 5
+    # new classes (never reused: metaspace grew ~0.3 MiB a cycle until a full collection) and
+    # the first cycle ~140. Without it, warm 10k-partition cycles went from 1.76 to 1.36 s,
+    # 100k from 2.74 to 2.39 s, and nothing is compiled after start (bench/pipeline_bench.py;
+    # Spark's CodegenMetrics compilation count).
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     # PySpark 4 records the Python call site of every column function for error messages,
     # at the cost of four or five extra round trips to the JVM per call: about 5,800 of a
     # cycle's 8,900 round trips, 0.3 s of its plan building (bench/pipeline_bench.py).
