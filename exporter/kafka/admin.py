@@ -241,6 +241,19 @@ class ClusterAdmin:
         wait_ms = timeout_ms(self.request_timeout_ms, deadline, "Metadata")
         return replace(metadata, refused_topics=_metadata.refused_topics(admin, missing, wait_ms))
 
+    def transaction_state_leaders(self, *, deadline: float | None = None) -> dict[int, int]:
+        """``{partition: leader}`` of ``__transaction_state``, read now (Metadata for that topic
+        alone). Raises KafkaRequestError when the broker does not answer."""
+        admin = self._admin()
+        try:
+            wait_s = timeout_ms(self.request_timeout_ms, deadline, "Metadata") / 1000
+            md = admin.list_topics(topic=_metadata.TRANSACTION_STATE_TOPIC, timeout=wait_s)
+        except Exception as e:
+            raise KafkaRequestError("Metadata", error_name(e)) from e
+        finally:
+            admin.poll(0)
+        return _metadata.transaction_state_leaders(md)
+
     def broker_configs(
         self, broker_ids: Iterable[int], *, deadline: float | None = None
     ) -> Collected[BrokerConfig]:

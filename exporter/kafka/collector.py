@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
@@ -41,7 +41,7 @@ from typing import TypeVar
 
 from exporter.groups_config import GroupsConfig
 from exporter.kafka.admin import ClusterAdmin, ClusterMetadata
-from exporter.kafka.errors import DEADLINE_EXCEEDED, KafkaUnavailable
+from exporter.kafka.errors import DEADLINE_EXCEEDED, KafkaRequestError, KafkaUnavailable
 from exporter.kafka.groups import (
     collect_consumable_checks,
     collect_group_offsets,
@@ -246,7 +246,7 @@ class SnapshotCollector:
         listed_pending = stages.start(
             "list_transactions",
             "ListTransactions",
-            lambda by: admin.list_transactions(broker_ids, deadline=by),
+            lambda by: self._list_transactions(metadata, broker_ids, by),
         )
 
         producers = producers_pending()
@@ -451,6 +451,43 @@ class SnapshotCollector:
                 key = (p.topic, p.partition)
                 by_leader[metadata.leaders.get(key, p.broker_id)].add(key)
         return {b: sorted(tps) for b, tps in sorted(by_leader.items()) if b >= 0}
+
+    def _list_transactions(
+        self, metadata: ClusterMetadata, broker_ids: Sequence[int], by: float | None
+    ) -> Collected[ListedTransaction]:
+        """ListTransactions on every broker, then ``__transaction_state``'s leaders read again.
+
+        A coordinator that moves while the brokers are listed can be missed by both: the old
+        leader has unloaded its ids, the new one has not started loading them (a broker that
+        is loading answers COORDINATOR_LOAD_IN_PROGRESS, but one that has not yet acted on
+        its election answers without them). Every broker answered, yet a live transaction is
+        "listed by nobody". A partition whose leader differs from the cycle's metadata is
+        therefore a NOT_COORDINATOR error of the listing, as is a failed re-read: either
+        makes "listed by nobody" inconclusive this cycle (docs/metrics.md)."""
+        listed = self.admin.list_transactions(broker_ids, deadline=by)
+        before = metadata.transaction_state_leaders
+        if not before:
+            return listed
+        try:
+            after = self.admin.transaction_state_leaders(deadline=by)
+        except KafkaRequestError as e:
+            lost = CollectionError(
+                "ListTransactions", e.error, topic=TRANSACTION_STATE_TOPIC, message="leaders not re-read"
+            )
+            return Collected(listed.rows, (*listed.errors, lost))
+        moved = sorted(p for p, leader in before.items() if after.get(p, -1) != leader)
+        return Collected(
+            listed.rows,
+            (
+                *listed.errors,
+                *(
+                    CollectionError(
+                        "ListTransactions", "NOT_COORDINATOR", topic=TRANSACTION_STATE_TOPIC, partition=p
+                    )
+                    for p in moved
+                ),
+            ),
+        )
 
     def _reread(
         self, metadata: ClusterMetadata, producers: tuple[ProducerState, ...], deadline: float | None

@@ -22,6 +22,9 @@ class ClusterMetadata:
     #: __transaction_state partitions without a leader: the transactional ids they hold are
     #: listed by no coordinator, so "listed by nobody" proves nothing this cycle.
     leaderless_transaction_state: tuple[int, ...] = ()
+    #: __transaction_state partition -> leader (-1 when leaderless), whatever the topic filter:
+    #: a leader that changes while the coordinators are listed makes the listing incomplete.
+    transaction_state_leaders: Mapping[int, int] = field(default_factory=dict)
     #: (topic, Kafka error name) of expected topics the listing left out and that Kafka then
     #: refused to describe (TOPIC_AUTHORIZATION_FAILED: no Describe ACL on the topic). The
     #: full listing drops such topics silently; asked by name, Kafka says why.
@@ -35,10 +38,8 @@ def cluster_metadata(md: Any, topic_filter: Callable[[str], bool] | None) -> Clu
     )
     leaders: dict[tuple[str, int], int] = {}
     replicas: dict[tuple[str, int], tuple[int, ...]] = {}
-    state = md.topics.get(TRANSACTION_STATE_TOPIC)
-    leaderless_state: tuple[int, ...] = ()
-    if state is not None and state.error is None:
-        leaderless_state = tuple(sorted(p for p, m in state.partitions.items() if m.leader < 0))
+    state_leaders = transaction_state_leaders(md)
+    leaderless_state = tuple(sorted(p for p, leader in state_leaders.items() if leader < 0))
     for name, topic in md.topics.items():
         if topic_filter is not None and not topic_filter(name):
             continue
@@ -53,7 +54,17 @@ def cluster_metadata(md: Any, topic_filter: Callable[[str], bool] | None) -> Clu
         controller_id=getattr(md, "controller_id", -1),
         replicas=replicas,
         leaderless_transaction_state=leaderless_state,
+        transaction_state_leaders=state_leaders,
     )
+
+
+def transaction_state_leaders(md: Any) -> dict[int, int]:
+    """``{partition: leader}`` of ``__transaction_state`` in a librdkafka ``ClusterMetadata``
+    (empty when the topic is absent or its metadata has an error)."""
+    state = md.topics.get(TRANSACTION_STATE_TOPIC)
+    if state is None or state.error is not None:
+        return {}
+    return {p: m.leader for p, m in state.partitions.items()}
 
 
 def refused_topics(admin: Any, names: Sequence[str], wait_ms: int) -> tuple[tuple[str, str], ...]:

@@ -11,13 +11,16 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 
 import pytest
 
 from exporter.kafka.admin import ClusterAdmin, ClusterMetadata
 from exporter.kafka.collector import SnapshotCollector
+from exporter.kafka.metadata import TRANSACTION_STATE_TOPIC
 from exporter.kafka.transactions import VISIBILITY_PROBE_ID
 from exporter.model import ClusterSnapshot
+from exporter.pipeline.compute import listing_incomplete
 from testbed.broker import BrokerStartError, KafkaCluster, Listener
 from testbed.maven import KafkaDistribution
 from testbed.scenarios import OpenTransaction, run_transaction
@@ -110,6 +113,48 @@ def test_no_open_transaction_means_no_re_read(
     assert snapshot.producers
     assert snapshot.reread_producers == ()
     assert snapshot.reread_partitions == frozenset()
+
+
+# -- coordinator moves -----------------------------------------------------------------------
+
+
+def test_a_coordinator_that_moved_during_the_listing_makes_the_listing_incomplete(
+    kafka: KafkaCluster, topic: str
+) -> None:
+    # The cycle's Metadata names another leader for __transaction_state-0 than the one the
+    # collector reads after ListTransactions: to the collector, that partition moved while
+    # the brokers were listed, so "listed by nobody" proves nothing this cycle.
+    kafka.ensure_transaction_state_topic()
+    collector = collector_for(kafka, topic)
+    read = collector.admin.metadata
+
+    def moved_metadata(*args: object, **kwargs: object) -> ClusterMetadata:
+        metadata = read(*args, **kwargs)  # type: ignore[arg-type]
+        leaders = dict(metadata.transaction_state_leaders)
+        leaders[0] = leaders[0] + 100
+        return replace(metadata, transaction_state_leaders=leaders)
+
+    collector.admin.metadata = moved_metadata  # type: ignore[method-assign]
+    try:
+        snapshot = collector.collect()
+    finally:
+        collector.close()
+
+    moved = [e for e in snapshot.errors if e.api == "ListTransactions"]
+    assert [(e.error, e.topic, e.partition) for e in moved] == [
+        ("NOT_COORDINATOR", TRANSACTION_STATE_TOPIC, 0)
+    ]
+    assert snapshot.coordinators_listed == {b.broker_id for b in snapshot.brokers}
+    assert listing_incomplete(snapshot)
+
+
+def test_a_listing_without_a_move_is_complete(
+    kafka: KafkaCluster, collect: Callable[..., ClusterSnapshot]
+) -> None:
+    snapshot = collect()
+
+    assert not [e for e in snapshot.errors if e.api == "ListTransactions"]
+    assert not listing_incomplete(snapshot)
 
 
 # -- cycle deadline --------------------------------------------------------------------------
