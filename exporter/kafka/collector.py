@@ -251,24 +251,6 @@ class SnapshotCollector:
 
         producers = producers_pending()
         listed = listed_pending()
-        if metadata.leaderless_transaction_state:
-            # Every broker may answer, yet the ids of a leaderless __transaction_state
-            # partition are listed by none: the listing is incomplete.
-            listed = Collected(
-                listed.rows,
-                (
-                    *listed.errors,
-                    *(
-                        CollectionError(
-                            "ListTransactions",
-                            "COORDINATOR_NOT_AVAILABLE",
-                            topic=TRANSACTION_STATE_TOPIC,
-                            partition=p,
-                        )
-                        for p in metadata.leaderless_transaction_state
-                    ),
-                ),
-            )
         listed_ok = frozenset(broker_ids) - {e.broker_id for e in listed.errors if e.broker_id >= 0}
         if any(e.broker_id < 0 and e.topic != TRANSACTION_STATE_TOPIC for e in listed.errors):
             listed_ok = frozenset()  # the whole stage failed: no broker's listing is known
@@ -457,13 +439,15 @@ class SnapshotCollector:
     ) -> Collected[ListedTransaction]:
         """ListTransactions on every broker, then ``__transaction_state``'s leaders read again.
 
-        A coordinator that moves while the brokers are listed can be missed by both: the old
-        leader has unloaded its ids, the new one has not started loading them (a broker that
-        is loading answers COORDINATOR_LOAD_IN_PROGRESS, but one that has not yet acted on
-        its election answers without them). Every broker answered, yet a live transaction is
-        "listed by nobody". A partition whose leader differs from the cycle's metadata is
-        therefore a NOT_COORDINATOR error of the listing, as is a failed re-read: either
-        makes "listed by nobody" inconclusive this cycle (docs/metrics.md)."""
+        Every broker may answer and a live transaction still be "listed by nobody": when a
+        ``__transaction_state`` partition has no leader (nobody lists its ids), and when its
+        leadership moves during the listing (the old leader has unloaded its ids, the new one
+        has not started loading them: a broker that is loading answers
+        COORDINATOR_LOAD_IN_PROGRESS, one that has not yet acted on its election answers
+        without them). Such a partition is an error of the listing (COORDINATOR_NOT_AVAILABLE
+        when leaderless, NOT_COORDINATOR when its leader read again differs from the cycle's
+        metadata), as is a failed re-read: each makes "listed by nobody" inconclusive this
+        cycle (docs/metrics.md)."""
         listed = self.admin.list_transactions(broker_ids, deadline=by)
         before = metadata.transaction_state_leaders
         if not before:
@@ -475,16 +459,19 @@ class SnapshotCollector:
                 "ListTransactions", e.error, topic=TRANSACTION_STATE_TOPIC, message="leaders not re-read"
             )
             return Collected(listed.rows, (*listed.errors, lost))
-        moved = sorted(p for p, leader in before.items() if after.get(p, -1) != leader)
+        unsure = {p: "COORDINATOR_NOT_AVAILABLE" for p, leader in before.items() if leader < 0}
+        unsure |= {
+            p: "NOT_COORDINATOR"
+            for p, leader in before.items()
+            if p not in unsure and after.get(p, -1) != leader
+        }
         return Collected(
             listed.rows,
             (
                 *listed.errors,
                 *(
-                    CollectionError(
-                        "ListTransactions", "NOT_COORDINATOR", topic=TRANSACTION_STATE_TOPIC, partition=p
-                    )
-                    for p in moved
+                    CollectionError("ListTransactions", error, topic=TRANSACTION_STATE_TOPIC, partition=p)
+                    for p, error in sorted(unsure.items())
                 ),
             ),
         )

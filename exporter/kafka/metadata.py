@@ -19,11 +19,10 @@ class ClusterMetadata:
     controller_id: int = -1
     #: (topic, partition) -> replica broker ids (the CLI's ``find-hanging --broker-id``)
     replicas: Mapping[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
-    #: __transaction_state partitions without a leader: the transactional ids they hold are
-    #: listed by no coordinator, so "listed by nobody" proves nothing this cycle.
-    leaderless_transaction_state: tuple[int, ...] = ()
-    #: __transaction_state partition -> leader (-1 when leaderless), whatever the topic filter:
-    #: a leader that changes while the coordinators are listed makes the listing incomplete.
+    #: __transaction_state partition -> leader (-1 when leaderless), whatever the topic filter.
+    #: A leaderless partition's ids are listed by no coordinator, and a leader that changes
+    #: while the coordinators are listed may be missed by both: either makes the listing
+    #: incomplete (``SnapshotCollector._list_transactions``).
     transaction_state_leaders: Mapping[int, int] = field(default_factory=dict)
     #: (topic, Kafka error name) of expected topics the listing left out and that Kafka then
     #: refused to describe (TOPIC_AUTHORIZATION_FAILED: no Describe ACL on the topic). The
@@ -39,7 +38,6 @@ def cluster_metadata(md: Any, topic_filter: Callable[[str], bool] | None) -> Clu
     leaders: dict[tuple[str, int], int] = {}
     replicas: dict[tuple[str, int], tuple[int, ...]] = {}
     state_leaders = transaction_state_leaders(md)
-    leaderless_state = tuple(sorted(p for p, leader in state_leaders.items() if leader < 0))
     for name, topic in md.topics.items():
         if topic_filter is not None and not topic_filter(name):
             continue
@@ -53,7 +51,6 @@ def cluster_metadata(md: Any, topic_filter: Callable[[str], bool] | None) -> Clu
         leaders=leaders,
         controller_id=getattr(md, "controller_id", -1),
         replicas=replicas,
-        leaderless_transaction_state=leaderless_state,
         transaction_state_leaders=state_leaders,
     )
 
