@@ -235,7 +235,6 @@ def group_frames(
     if "application" not in txns.columns:
         txns = txns.withColumn("application", application_column("transactional_id", rules))
 
-    offsets = inputs.offsets.where(c("committed_offset") >= 0)
     checks = inputs.checks.select(
         "topic",
         "partition",
@@ -243,10 +242,11 @@ def group_frames(
         c("to_offset").alias("last_stable_offset"),
         "consumable_records",
     )
-    joined = offsets.join(F.broadcast(parts), ["topic", "partition"], "left").join(
+    joined = inputs.offsets.join(F.broadcast(parts), ["topic", "partition"], "left").join(
         F.broadcast(checks), ["topic", "partition", "committed_offset", "last_stable_offset"], "left"
     )
-    known = (c("last_stable_offset") >= 0) & (c("high_watermark") >= 0)
+    # A negative committed offset (none committed) counts for the group's summary only.
+    known = (c("committed_offset") >= 0) & (c("last_stable_offset") >= 0) & (c("high_watermark") >= 0)
     consumable = F.when(
         known,
         F.coalesce(
@@ -261,47 +261,74 @@ def group_frames(
             c("high_watermark") - F.greatest(c("committed_offset"), c("last_stable_offset")),
         ),
     )
-    per_partition = joined.select(
-        "group", "topic", "partition", consumable.alias("consumable"), blocked_lag.alias("blocked")
+    at = (
+        (c("last_stable_offset") >= 0)
+        & (c("committed_offset") == c("last_stable_offset"))
+        & (c("last_stable_offset") < c("high_watermark"))
+    )
+    # The offsets are read ONCE: one aggregation per (group, topic), which keeps apart the
+    # partitions every other output needs row by row (those at the LSO; all of them when
+    # partition series are on), made one leaf of the plan (a lazy local checkpoint). Every
+    # output below reads that leaf, and all of them share its one shuffle: the 100k offset
+    # rows of 1000 groups x 100 partitions are scanned once instead of once per output.
+    apart = at | F.lit(config.per_partition)
+    by_topic = (
+        joined.select(
+            "group",
+            "topic",
+            F.when(apart, c("partition")).alias("partition"),
+            F.when(at, c("last_stable_offset")).alias("at_lso"),
+            F.when(at, c("high_watermark")).alias("at_hwm"),
+            consumable.alias("consumable"),
+            blocked_lag.alias("blocked"),
+            "coordinator_id",
+            "group_state",
+            c("pending_transactional_commit").cast("int").alias("unstable"),
+        )
+        .groupBy("group", "topic", "partition")
+        .agg(
+            F.sum("consumable").alias("consumable_lag"),
+            F.sum("blocked").alias("blocked_lag"),
+            F.max("at_lso").alias("at_lso"),
+            F.max("at_hwm").alias("at_hwm"),
+            F.max("coordinator_id").alias("coordinator_id"),
+            F.max("group_state").alias("group_state"),
+            F.sum("unstable").alias("unstable"),
+        )
+        .localCheckpoint(eager=False)
     )
 
     lags = (
-        per_partition.groupBy("group", "topic")
-        .agg(F.sum("consumable").alias("consumable_lag"), F.sum("blocked").alias("blocked_lag"))
+        by_topic.groupBy("group", "topic")
+        .agg(F.sum("consumable_lag").alias("consumable_lag"), F.sum("blocked_lag").alias("blocked_lag"))
         .where(c("consumable_lag").isNotNull())
         .orderBy((c("consumable_lag") + c("blocked_lag")).desc(), "group", "topic")
         .limit(config.max_group_series)
     )
     partition_limit = config.max_partition_series if config.per_partition else 0
     partition_lags = (
-        per_partition.where(c("consumable").isNotNull())
-        .select(
-            "group",
-            "topic",
-            "partition",
-            c("consumable").alias("consumable_lag"),
-            c("blocked").alias("blocked_lag"),
-        )
+        by_topic.where(c("partition").isNotNull() & c("consumable_lag").isNotNull())
+        .select("group", "topic", "partition", "consumable_lag", "blocked_lag")
         .orderBy((c("consumable_lag") + c("blocked_lag")).desc(), "group", "topic", "partition")
         .limit(partition_limit)
     )
 
     lso_history = _lso_history(parts, inputs.lso_history)
-    at_lso = _at_lso(joined, inputs.at_lso, now_ms)
+    at_lso = _at_lso(by_topic, inputs.at_lso, now_ms)
     blocked_all = _blocked(at_lso, lso_history, txns, config.blocked_after_cycles, now_ms)
     blocked = blocked_all.orderBy(c("blocked_ms").desc(), "group", "topic", "partition").limit(
         config.max_blocked
     )
 
-    # One aggregation over the offsets and the blocked partitions together (a group is blocked
-    # only on partitions it has offsets for): no separate job to broadcast per-group counts.
+    # One aggregation over the per-topic rows and the blocked partitions together (a group is
+    # blocked only on partitions it has offsets for): no separate job for per-group counts.
     none_int = F.lit(None).cast("int")
     groups = (
-        inputs.offsets.select(
+        by_topic.select(
             "group",
             "coordinator_id",
             "group_state",
-            c("pending_transactional_commit").cast("int").alias("unstable"),
+            "unstable",
             F.lit(0).alias("blocked"),
         )
         .unionByName(
@@ -309,7 +336,7 @@ def group_frames(
                 "group",
                 none_int.alias("coordinator_id"),
                 F.lit(None).cast("string").alias("group_state"),
-                none_int.alias("unstable"),
+                F.lit(None).cast("long").alias("unstable"),
                 F.lit(1).alias("blocked"),
             )
         )
@@ -360,17 +387,19 @@ def _lso_history(parts: DataFrame, previous: DataFrame) -> DataFrame:
     )
 
 
-def _at_lso(joined: DataFrame, previous: DataFrame, now_ms: int) -> DataFrame:
+def _at_lso(by_topic: DataFrame, previous: DataFrame, now_ms: int) -> DataFrame:
     """Group partitions whose committed offset is the LSO, with the LSO below the HWM, and
     since when they have been there (kept from the previous cycle while the LSO is the same)."""
     c = F.col
     prev = previous.select(
         "group", "topic", "partition", c("last_stable_offset").alias("prev_lso"), "since_ms"
     )
-    at = joined.where(
-        (c("last_stable_offset") >= 0)
-        & (c("committed_offset") == c("last_stable_offset"))
-        & (c("last_stable_offset") < c("high_watermark"))
+    at = by_topic.where(c("at_lso").isNotNull()).select(
+        "group",
+        "topic",
+        "partition",
+        c("at_lso").alias("last_stable_offset"),
+        c("at_hwm").alias("high_watermark"),
     )
     return at.join(F.broadcast(prev), ["group", "topic", "partition"], "left").select(
         "group",

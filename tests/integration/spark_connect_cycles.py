@@ -19,6 +19,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from exporter.groups_config import GroupsConfig
 from exporter.model import (
     TWO_PHASE_COMMIT_TIMEOUT_MS,
     BatchTimestamp,
@@ -26,6 +27,7 @@ from exporter.model import (
     ClusterSnapshot,
     CollectionError,
     CycleResult,
+    GroupOffset,
     PipelineSettings,
 )
 from tests.unit.test_pipeline import (
@@ -42,6 +44,8 @@ from tests.unit.test_pipeline import (
 
 #: Confirmation over two cycles, and "late" as soon as the broker's max timeout is passed.
 RICH_SETTINGS = PipelineSettings(hanging_confirm_cycles=2, late_padding_ms=0)
+#: The consumer-group family on, per partition too; blocked after two cycles at the LSO.
+RICH_GROUPS = GroupsConfig(enabled=True, per_partition=True, blocked_after_cycles=2)
 
 
 def rich_snapshot(cycle: int) -> ClusterSnapshot:
@@ -56,7 +60,11 @@ def rich_snapshot(cycle: int) -> ClusterSnapshot:
     * ``slow`` (coordinator only): Ongoing past its deadline in cycle 1, aborted by the
       coordinator with a bumped epoch in cycle 2 (a KIP-588 timeout abort);
     * LSO lag on several partitions, one partition whose offsets were not read, and a
-      collection error in cycle 2.
+      collection error in cycle 2;
+    * consumer groups (:data:`RICH_GROUPS`): ``reader-rc`` committed at t-0's LSO (blocked by
+      pid 100 in cycle 2) and behind it on t-1 with a pending transactional offset commit,
+      ``reader-ru`` past t-0's LSO (read_uncommitted: never blocked), ``idle`` with nothing
+      committed.
     """
     producers = [
         producer("t", 0, pid=100, start=100, last_ts=NOW - 3 * MIN),
@@ -97,7 +105,13 @@ def rich_snapshot(cycle: int) -> ClusterSnapshot:
                 "DescribeProducers", "TIMEOUT", broker_id=2, topic="w", partition=0, message="timed out"
             )
         )
-    return snapshot(
+    groups = (
+        GroupOffset("reader-rc", "t", 0, 100, 1, "Stable"),
+        GroupOffset("reader-rc", "t", 1, 10, 1, "Stable", pending_transactional_commit=True),
+        GroupOffset("reader-ru", "t", 0, 450, 2, "Stable"),
+        GroupOffset("idle", "u", 0, -1, 2, "Empty"),
+    )
+    base = snapshot(
         producers=producers,
         partitions=[
             offsets("t", 0, hw=500, lso=100),
@@ -117,6 +131,7 @@ def rich_snapshot(cycle: int) -> ClusterSnapshot:
         ],
         errors=errors,
     )
+    return dataclasses.replace(base, group_offsets=groups)
 
 
 def _warmup() -> ClusterSnapshot:
@@ -176,7 +191,7 @@ def main(argv: list[str]) -> int:
     try:
         results = run_cycles(
             lambda snap, settings, previous, now_ms: compute(
-                spark, snap, settings, previous.memory if previous else None, now_ms
+                spark, snap, settings, previous.memory if previous else None, now_ms, groups=RICH_GROUPS
             )
         )
         document = {

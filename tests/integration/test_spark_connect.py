@@ -41,7 +41,7 @@ from exporter.pipeline.compute import compute
 from testbed.broker import KafkaCluster
 from testbed.scenarios import OpenTransaction, produce_plain, run_transaction
 from tests.fixtures_kafka import HangingFactory
-from tests.integration.spark_connect_cycles import CYCLES, comparable, run_cycles
+from tests.integration.spark_connect_cycles import CYCLES, RICH_GROUPS, comparable, run_cycles
 from tests.unit.test_pipeline import candidates
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -232,6 +232,16 @@ def assert_meaningful(results: list[CycleResult]) -> None:
     assert candidates(rich2) == ((("t", 0, 100, 100), 2),)
     assert [(a.transactional_id, a.old_epoch, a.new_epoch) for a in rich2.timeout_aborts] == [("slow", 5, 6)]
     assert any(c.two_phase_commit_open_time_max_ms > 0 for c in rich1.coordinators)
+    # The consumer-group family: lags, a pending commit, then a group blocked by pid 100.
+    assert rich1.groups is not None and rich2.groups is not None
+    assert {(g.group, g.unstable_offset_commits) for g in rich1.groups.groups} == {
+        ("reader-rc", 1),
+        ("reader-ru", 0),
+        ("idle", 0),
+    }
+    assert rich1.groups.blocked == ()
+    assert [(b.group, b.partition, b.producer_id) for b in rich2.groups.blocked] == [("reader-rc", 0, 100)]
+    assert len(rich1.groups.partition_lags) == 3
 
 
 def test_pipeline_on_spark_connect_equals_local(spark: SparkSession, connect_url: str) -> None:
@@ -240,7 +250,7 @@ def test_pipeline_on_spark_connect_equals_local(spark: SparkSession, connect_url
     try:
         local = run_cycles(
             lambda snap, settings, previous, now_ms: compute(
-                spark, snap, settings, previous.memory if previous else None, now_ms
+                spark, snap, settings, previous.memory if previous else None, now_ms, groups=RICH_GROUPS
             )
         )
         assert_meaningful(local)
