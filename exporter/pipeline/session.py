@@ -26,7 +26,6 @@ import os
 import re
 import signal
 import socket
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -218,45 +217,12 @@ def spark_session(config: SparkConfig, *, short_lived: bool = False) -> SparkSes
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         for key, value in LOCAL_JVM_ENV.items():  # inherited by the JVM PySpark starts
             os.environ.setdefault(key, value)
-    if not config.connect_url:
-        keep_pandas_out_of_pyarrow()
     log.info("starting Spark session on %s", where)
     session = builder.getOrCreate()
     if not config.connect_url:
         # Only a classic session has a SparkContext; with Connect the server owns logging.
         session.sparkContext.setLogLevel("ERROR")
     return session
-
-
-class _NoPandas:
-    """An import hook that makes ``import pandas`` fail (see :func:`keep_pandas_out_of_pyarrow`)."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
-        if name == "pandas" or name.startswith("pandas."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-
-
-def keep_pandas_out_of_pyarrow() -> None:
-    """Stop pyarrow from importing pandas (~40 MiB of RSS) to convert plain Python lists.
-
-    ``pyarrow.array`` asks its lazy pandas shim whether its argument is a pandas object, and
-    the first question imports pandas. A classic session never needs pandas (the pipeline
-    moves Arrow tables both ways, ``createDataFrame(pa.Table)`` and ``toArrow()``), so the
-    first question is asked once here with ``import pandas`` failing: the shim remembers
-    "no pandas" for such questions, and still imports pandas on demand for an explicit
-    conversion (``Table.to_pandas``). Nothing to do once pandas is loaded (Spark Connect's
-    client imports it).
-    """
-    if "pandas" in sys.modules:
-        return
-    import pyarrow as pa
-
-    hook = _NoPandas()
-    sys.meta_path.insert(0, hook)
-    try:
-        pa.array([0])
-    finally:
-        sys.meta_path.remove(hook)
 
 
 def local_jvm_pid(session: Any) -> int | None:

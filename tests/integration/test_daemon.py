@@ -268,6 +268,60 @@ def test_one_broker_down_loses_only_its_part(
         time.sleep(1)
 
 
+@pytest.mark.cluster
+def test_a_commit_while_the_partitions_only_replica_is_offline_leaves_a_hanging_transaction(
+    kafka_cluster3: KafkaCluster,
+    kafka_dist: KafkaDistribution,
+    daemon_for: Callable[..., Daemon],
+) -> None:
+    """Kafka makes this one itself: a transaction committed while its partition's only replica
+    is offline gets no marker there (the coordinator logs "Couldn't find leader endpoint ...
+    likely deleted already and hence can be skipped") and completes. When the replica returns,
+    the partition holds an open transaction its coordinator calls CompleteCommit: hanging. The
+    exporter reports it with its transactional id, as Kafka's find-hanging does, and the
+    coordinator was never left in PrepareCommit (no markers pending)."""
+    cluster = kafka_cluster3
+    topic = cluster.create_topic(f"orphan-{os.getpid()}-{time.monotonic_ns()}", replication_factor=1)
+    leader = cluster.leader_of(topic, 0)
+    txn_id = cluster.transactional_id_coordinated_by("kte-orphan", avoid={leader})
+    coordinator = cluster.coordinator_of(txn_id)
+    assert coordinator != leader
+    tool = TransactionsCommand(kafka_dist, cluster.bootstrap_servers)
+    daemon = daemon_for(cluster.bootstrap_servers, topics={"allow": [topic]})
+    with OpenTransaction(cluster.bootstrap_servers, topic, transactional_id=txn_id) as txn:
+        txn.begin(records=3)
+        cluster.stop_broker(leader)
+        try:
+            txn.commit()  # the coordinator answers; the marker for the offline partition is skipped
+        finally:
+            cluster.start_broker(leader)
+    deadline = time.monotonic() + 60
+    while True:
+        registry = cycle(daemon)
+        found = [s for s in hanging_series(registry) if s["topic"] == topic]
+        if found or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    try:
+        assert [(s["partition"], s["transactional_id"], s["start_offset"]) for s in found] == [
+            ("0", txn_id, "0")
+        ]
+        assert found[0]["reason"] in ("coordinator_not_open", "partition_not_in_transaction")
+        # The coordinator finished the commit: nothing in PrepareCommit, no markers pending.
+        labels = {"coordinator": str(coordinator)}
+        states = "kafka_txn_coordinator_transactions"
+        assert (value(registry, states, **labels, state="CompleteCommit") or 0) >= 1
+        assert value(registry, states, **labels, state="PrepareCommit") == 0
+        assert value(registry, "kafka_txn_coordinator_prepare_time_max_seconds", **labels) == 0
+        theirs = tool.find_hanging(topic=topic, max_transaction_timeout_min=0)
+        assert [(h.partition, h.producer_id, h.start_offset) for h in theirs] == [
+            (0, int(found[0]["producer_id"]), 0)
+        ]
+    finally:
+        if found:
+            tool.abort(topic, 0, 0)  # leave the shared cluster clean
+
+
 def test_cluster_unreachable_then_back(
     kafka: KafkaCluster,
     daemon_for: Callable[..., Daemon],

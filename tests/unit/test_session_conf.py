@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 from exporter.config import SparkConfig
 from exporter.pipeline.session import (
     CONNECT_PLUGIN,
@@ -54,21 +51,3 @@ def test_a_connect_client_sends_only_the_operators_settings() -> None:
         SparkConfig(connect_url="sc://spark:15002", conf={"spark.sql.shuffle.partitions": "1"})
     )
     assert conf == {"spark.sql.shuffle.partitions": "1"}
-
-
-_PANDAS_PROBE = """
-import sys
-import pyarrow as pa
-from exporter.pipeline.session import keep_pandas_out_of_pyarrow
-keep_pandas_out_of_pyarrow()
-pa.table({"id": pa.array([1, 2], type=pa.int64()), "name": ["a", None]})
-print("pandas" in sys.modules)
-print(pa.table({"id": [3]}).to_pandas()["id"].tolist())
-"""
-
-
-def test_pyarrow_converts_python_lists_without_loading_pandas_yet_pandas_still_works() -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", _PANDAS_PROBE], capture_output=True, text=True, check=True
-    ).stdout.split("\n")
-    assert out[:2] == ["False", "[3]"]
