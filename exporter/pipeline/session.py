@@ -58,8 +58,10 @@ CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 #:   to spend a third of the JVM's CPU in full collections);
 #: * a young generation of at most 48 MiB: by default a third of the heap, which the heap
 #:   grows to fill between collections (JVM RSS 849 -> 752 MiB at 10k partitions, same speed);
-#: * a bounded code cache and metaspace (Spark's generated classes are few for one pipeline);
-#: * two JIT compiler threads (a 2-core pod), 512 KiB thread stacks (Spark starts ~60 threads);
+#: * a bounded code cache and metaspace (the JIT's code and Spark's own ~23,500 classes; the
+#:   embedded driver generates no code, see LOCAL_DEFAULTS);
+#: * two JIT compiler threads (a 2-core pod), 512 KiB thread stacks (Spark starts ~60 threads,
+#:   and its cached pools add one per broadcast or block removal, idle ones ending after 60 s);
 #: * exit on OutOfMemoryError: a JVM in that state is useless; the daemon's supervision
 #:   notices the death and starts a new session.
 LEAN_JVM_OPTIONS: tuple[str, ...] = (
