@@ -296,12 +296,19 @@ def _shared(frame: DataFrame, st: ComputeStats) -> DataFrame:
 def _collect(st: ComputeStats, out: dict[str, tuple[type, DataFrame]]) -> dict[str, list[Any]]:
     """Every output table in one Spark action.
 
-    Each table's columns (its record's fields, by name) are prefixed with the table's name
-    and the tables are stacked in one ``UNION ALL`` whose other columns are null, with a
-    ``_table`` tag; one ``toArrow()`` brings the whole result back, and each table is cut out
-    of it by its tag. One plan, one job submission, one transfer: Spark's per-action cost is
-    paid once per cycle instead of once per table. (Flat columns rather than one struct per
-    table: Arrow cannot hand back a null struct whose fields are declared non-null.)
+    The tables are stacked in one ``UNION ALL`` with a ``_table`` tag; one ``toArrow()``
+    brings the whole result back, and each table is cut out of it by its tag. One plan, one
+    job submission, one transfer: Spark's per-action cost is paid once per cycle instead of
+    once per table.
+
+    The union's columns are typed slots shared by the tables (``bigint_0``, ``bigint_1``, ...,
+    ``string_0``, ..., ``boolean_0``, ...): each table puts its columns, by its record's
+    field order, into the slots of their type, and leaves the others null. Arrow allocates
+    every column's values for every row, null or not, so a column per table's field made
+    the result as wide as all the tables together (~70 columns for the 100k rows of the
+    partition table at 100k partitions); the slots make it as wide as the widest table.
+    (Flat columns rather than one struct per table: Arrow cannot hand back a null struct whose
+    fields are declared non-null.)
 
     The union is one SQL statement over the output frames (``spark.sql`` with the frames as
     arguments) rather than a chain of ``unionByName``: a classic session analyses every
@@ -309,14 +316,21 @@ def _collect(st: ComputeStats, out: dict[str, tuple[type, DataFrame]]) -> dict[s
     """
     if not out:
         return {}
-    columns = {table: _output_columns(record) for table, (record, _) in out.items()}
-    every = [(table, c) for table, cols in columns.items() for c in cols]
+    placed = {table: _slots(_output_columns(record)) for table, (record, _) in out.items()}
+    width: dict[str, int] = {}
+    for slots in placed.values():
+        for _, slot in slots:
+            kind, index = slot.rsplit("_", 1)
+            width[kind] = max(width.get(kind, 0), int(index) + 1)
+    every = [(f"{kind}_{i}", kind) for kind in sorted(width) for i in range(width[kind])]
     branches = []
-    for table in out:
+    for table, slots in placed.items():
+        own = {slot: c for c, slot in slots}
         values = [f"'{table}' AS _table"]
-        for owner, c in every:
-            value = f"`{c.name}`" if owner == table else f"CAST(NULL AS {c.spark.simpleString()})"
-            values.append(f"{value} AS `{owner}.{c.name}`")
+        for slot, kind in every:
+            c = own.get(slot)
+            value = f"`{c.name}`" if c is not None else "NULL"
+            values.append(f"CAST({value} AS {kind}) AS {slot}")
         branches.append(f"SELECT {', '.join(values)} FROM {{{table}}}")
     frames: dict[str, Any] = {table: frame for table, (_, frame) in out.items()}
     union = next(iter(frames.values())).sparkSession.sql("\nUNION ALL\n".join(branches), **frames)
@@ -327,11 +341,22 @@ def _collect(st: ComputeStats, out: dict[str, tuple[type, DataFrame]]) -> dict[s
     tags = arrow.column("_table")
     return {
         table: arrow.filter(pc.equal(tags, table))
-        .select([f"{table}.{c.name}" for c in cols])
-        .rename_columns([c.name for c in cols])
+        .select([slot for _, slot in slots])
+        .rename_columns([c.name for c, _ in slots])
         .to_pylist()
-        for table, cols in columns.items()
+        for table, slots in placed.items()
     }
+
+
+def _slots(columns: Sequence[TableColumn]) -> list[tuple[TableColumn, str]]:
+    """Each column with the union slot it takes: the n-th column of a type takes slot n."""
+    taken: dict[str, int] = {}
+    placed = []
+    for c in columns:
+        kind = c.spark.simpleString()
+        placed.append((c, f"{kind}_{taken.get(kind, 0)}"))
+        taken[kind] = taken.get(kind, 0) + 1
+    return placed
 
 
 def _output_columns(record: type) -> tuple[TableColumn, ...]:

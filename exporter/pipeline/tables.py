@@ -175,14 +175,22 @@ def _reads_our_files(spark: SparkSession) -> bool:
     return isinstance(master, str) and is_local_master(master)
 
 
+@functools.cache
+def _reading(record: type) -> tuple[tuple[str, ...], tuple[tuple[str, type], ...]]:
+    """How a row becomes a ``record``: its column names, and those holding an enum."""
+    cols = columns_of(record)
+    return tuple(c.name for c in cols), tuple(
+        (c.name, c.python) for c in cols if issubclass(c.python, enum.Enum)
+    )
+
+
 def record_of(record: type[R], row: Mapping[str, Any], **extra: Any) -> R:
     """One result row (by column name) as a record; enum columns become their enum."""
-    values: dict[str, Any] = {}
-    for c in columns_of(typing.cast(type, record)):
-        value = row[c.name]
-        if value is not None and issubclass(c.python, enum.Enum):
-            value = c.python(value)
-        values[c.name] = value
+    names, enums = _reading(typing.cast(type, record))
+    values = {name: row[name] for name in names}
+    for name, kind in enums:
+        if values[name] is not None:
+            values[name] = kind(values[name])
     values.update(extra)
     return record(**values)
 
