@@ -85,6 +85,8 @@ HANGING_TRANSACTION_INFO = "kafka_txn_hanging_transaction_info"
 LATE_TRANSACTION_INFO = "kafka_txn_late_transaction_info"
 CONSUMER_GROUP_LAG_CONSUMABLE = "kafka_txn_consumer_group_lag_consumable"
 CONSUMER_GROUP_LAG_BLOCKED = "kafka_txn_consumer_group_lag_blocked"
+CONSUMER_GROUP_PARTITION_LAG_CONSUMABLE = "kafka_txn_consumer_group_partition_lag_consumable"
+CONSUMER_GROUP_PARTITION_LAG_BLOCKED = "kafka_txn_consumer_group_partition_lag_blocked"
 CONSUMER_GROUP_BLOCKED_INFO = "kafka_txn_consumer_group_blocked_info"
 CONSUMER_GROUP_BLOCKED_SECONDS = "kafka_txn_consumer_group_blocked_seconds"
 CONSUMER_GROUP_BLOCKED_PARTITIONS = "kafka_txn_consumer_group_blocked_partitions"
@@ -131,6 +133,8 @@ FAMILIES: tuple[Family, ...] = (
     Family(LATE_TRANSACTION_INFO, "gauge", (*_FINDING, "class")),
     Family(CONSUMER_GROUP_LAG_CONSUMABLE, "gauge", ("group", "topic")),
     Family(CONSUMER_GROUP_LAG_BLOCKED, "gauge", ("group", "topic")),
+    Family(CONSUMER_GROUP_PARTITION_LAG_CONSUMABLE, "gauge", ("group", "topic", "partition")),
+    Family(CONSUMER_GROUP_PARTITION_LAG_BLOCKED, "gauge", ("group", "topic", "partition")),
     Family(
         CONSUMER_GROUP_BLOCKED_INFO,
         "gauge",
@@ -160,13 +164,16 @@ FAMILIES: tuple[Family, ...] = (
     Family(EXPORTER_TRANSACTIONAL_IDS_VISIBLE, "gauge"),
 )
 
-#: Families the collector emits only in some setups (consumer groups configured);
-#: tests/unit/test_catalogue.py lists them.
+#: Families the collector emits only in some setups (consumer groups configured; the
+#: partition lags with per-partition series on): tests/unit/test_catalogue.py renders a
+#: fixture state that has them.
 IN_FLIGHT: frozenset[str] = frozenset(
     {
         OPEN_TRANSACTIONS_BY_APPLICATION,
         CONSUMER_GROUP_LAG_CONSUMABLE,
         CONSUMER_GROUP_LAG_BLOCKED,
+        CONSUMER_GROUP_PARTITION_LAG_CONSUMABLE,
+        CONSUMER_GROUP_PARTITION_LAG_BLOCKED,
         CONSUMER_GROUP_BLOCKED_INFO,
         CONSUMER_GROUP_BLOCKED_SECONDS,
         CONSUMER_GROUP_BLOCKED_PARTITIONS,
