@@ -18,6 +18,8 @@ Fixtures
                     (Kafka 4.1+; skips the test on older versions).
 ``kafka_faults``    session: a single node whose ``SLOW`` listener goes through a delay proxy,
                     for fault tests that pause, kill or slow it (each test restores it).
+``kafka_markers``   session: 3 nodes where a paused partition leader leaves its transaction's
+                    coordinator in PrepareCommit (markers pending) until it is resumed.
 """
 
 from __future__ import annotations
@@ -129,6 +131,24 @@ def kafka_2pc(kafka_dist: KafkaDistribution) -> Iterator[KafkaCluster]:
     if (kafka_dist.major, _minor(kafka_dist.version)) < (4, 1):
         pytest.skip(f"two-phase commit needs Kafka 4.1+, not {kafka_dist.version}")
     cluster = _start_cluster(kafka_dist, 1, server_properties=TWO_PHASE_COMMIT_BROKER_PROPERTIES)
+    yield cluster
+    cluster.stop()
+
+
+#: ``kafka_markers``: the controller does not fence a silent broker for two minutes, and each
+#: ``__transaction_state`` partition has one replica, so a paused partition leader holds its
+#: transaction's markers (the coordinator stays in PrepareCommit) without holding the commit
+#: itself (logging PrepareCommit needs no acknowledgement from the paused node).
+MARKERS_BROKER_PROPERTIES = {
+    "broker.session.timeout.ms": "120000",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+}
+
+
+@pytest.fixture(scope="session")
+def kafka_markers(kafka_dist: KafkaDistribution) -> Iterator[KafkaCluster]:
+    cluster = _start_cluster(kafka_dist, 3, server_properties=MARKERS_BROKER_PROPERTIES)
     yield cluster
     cluster.stop()
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -49,7 +50,7 @@ from exporter.kafka.errors import (
 from exporter.kafka.librdkafka_log import LibrdkafkaLog
 from exporter.kafka.markers import AbortSpec
 from exporter.kafka.metadata import TRANSACTION_STATE_TOPIC, ClusterMetadata, cluster_metadata
-from exporter.kafka.results import Collected, timeout_ms
+from exporter.kafka.results import Collected, remaining_s, timeout_ms
 from exporter.model import (
     BatchTimestamp,
     BrokerConfig,
@@ -64,6 +65,11 @@ log = logging.getLogger(__name__)
 #: How long kafka-python's failure path asks librdkafka whether the login was refused.
 LOGIN_PROBE_TIMEOUT_S = 2.0
 DEFAULT_REQUEST_TIMEOUT_MS = 10_000
+#: Between a Metadata attempt that timed out and the next: librdkafka's request-timeout scan
+#: runs once a second and drops the silent broker's connection (``_list_topics``).
+METADATA_RETRY_GAP_S = 1.1
+#: The shortest Metadata attempt worth splitting the wait for.
+METADATA_MIN_ATTEMPT_S = 0.5
 #: How long close() waits for a kafka-python bootstrap in flight before leaving it to close
 #: its own client.
 CLOSE_WAIT_S = 1.0
@@ -224,8 +230,7 @@ class ClusterAdmin:
         """
         admin = self._admin()
         try:
-            wait_s = timeout_ms(self.request_timeout_ms, deadline, "Metadata") / 1000
-            md = admin.list_topics(timeout=wait_s)
+            md = self._list_topics(admin, deadline)
         except Exception as e:
             admin.poll(0)  # serves librdkafka's error and log callbacks queued meanwhile
             error = self._login_failure or error_name(e)
@@ -240,6 +245,28 @@ class ClusterAdmin:
             return metadata
         wait_ms = timeout_ms(self.request_timeout_ms, deadline, "Metadata")
         return replace(metadata, refused_topics=_metadata.refused_topics(admin, missing, wait_ms))
+
+    def _list_topics(self, admin: Any, deadline: float | None) -> Any:
+        """Metadata from any broker, tried a second time when the first broker does not
+        answer. librdkafka sends Metadata to one connected broker of its choosing; a broker
+        that accepts connections but never answers (stopped, frozen in a pause) keeps being
+        chosen until librdkafka drops the connection, at its next request-timeout scan (once
+        a second) after the request timed out. So the first attempt gets at most half of
+        what the wait allows, and the second one starts after that scan: another broker
+        answers it, and one silent broker of several never costs the whole cycle."""
+        left = remaining_s(deadline)
+        retry_fits = left is None or left >= METADATA_RETRY_GAP_S + 2 * METADATA_MIN_ATTEMPT_S
+        first_ms = timeout_ms(self.request_timeout_ms, deadline, "Metadata")
+        if left is not None and retry_fits:
+            first_ms = min(first_ms, int((left - METADATA_RETRY_GAP_S) / 2 * 1000))
+        try:
+            return admin.list_topics(timeout=first_ms / 1000)
+        except Exception as e:
+            if not retry_fits or error_name(e) != "REQUEST_TIMED_OUT":
+                raise
+            log.info("metadata: no answer in %d ms, asking again", first_ms)
+        time.sleep(METADATA_RETRY_GAP_S)
+        return admin.list_topics(timeout=timeout_ms(self.request_timeout_ms, deadline, "Metadata") / 1000)
 
     def transaction_state_leaders(self, *, deadline: float | None = None) -> dict[int, int]:
         """``{partition: leader}`` of ``__transaction_state``, read now (Metadata for that topic

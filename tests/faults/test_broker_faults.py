@@ -14,8 +14,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from exporter.daemon import Daemon
+from exporter.kafka.admin import ClusterAdmin
 from testbed import acls, faults
 from testbed.broker import SASL_LISTENER, KafkaCluster
+from testbed.maven import KafkaDistribution
+from testbed.oracles import TransactionsCommand
 from testbed.scenarios import OpenTransaction, create_hanging_transaction
 from tests.faults.conftest import INTERVAL_S, DaemonFactory
 from tests.faults.support import (
@@ -28,6 +31,7 @@ from tests.faults.support import (
     samples,
     snapshot,
     strike_after_metadata,
+    total,
     up,
 )
 from tests.fixtures_kafka import SLOW_LISTENER
@@ -38,6 +42,8 @@ pytestmark = [
 ]
 
 CONFIRM = 2  # the default hanging_confirm_cycles
+STATES = "kafka_txn_coordinator_transactions"
+PREPARE_TIME = "kafka_txn_coordinator_prepare_time_max_seconds"
 RECOVERY_CYCLES = 2
 
 
@@ -165,6 +171,69 @@ def test_coordinator_move_never_makes_a_live_transaction_a_finding(
         assert false_findings(registry) == {}
     assert up(after[-1]) == 1
     assert samples(after[-1], "kafka_txn_open_transactions", **{"class": "ongoing"})[0][1] == 1
+
+
+@pytest.mark.cluster
+def test_metadata_is_asked_again_of_another_broker_when_the_chosen_one_is_silent(
+    kafka_markers: KafkaCluster,
+) -> None:
+    """librdkafka keeps sending Metadata to the broker it is connected to; when that broker
+    is paused, one cycle's wait still leaves room for an attempt another broker answers."""
+    cluster = kafka_markers
+    with ClusterAdmin(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=2000) as admin:
+        chosen = admin._admin().list_topics(timeout=10).orig_broker_id  # the broker librdkafka asks
+        with faults.paused(cluster, chosen):
+            started = time.monotonic()
+            metadata = admin.metadata(deadline=started + 3.0)  # the test daemon's metadata budget
+            took = time.monotonic() - started
+    assert {b.broker_id for b in metadata.brokers} == set(cluster.nodes)
+    assert took < 3.0
+
+
+# -- 4b. partition leader paused during a commit: markers pending ----------------------------
+
+
+@pytest.mark.cluster
+def test_a_commit_whose_partition_leader_is_paused_is_reported_as_markers_pending_until_it_answers(
+    kafka_markers: KafkaCluster, kafka_dist: KafkaDistribution, fault_daemon: DaemonFactory
+) -> None:
+    """The commit is decided (the coordinator logged PrepareCommit and answered EndTxn) but
+    its marker cannot reach the paused leader: the coordinator lists the id in PrepareCommit
+    and the exporter counts how long, per coordinator, without calling anything hanging. When
+    the leader answers again the marker lands, PrepareCommit ends and the time returns to 0;
+    Kafka's tool agrees the commit completed and nothing hangs."""
+    cluster = kafka_markers
+    topic = cluster.create_topic(f"markers-{time.monotonic_ns()}", partitions=1, replication_factor=1)
+    leader = cluster.leader_of(topic, 0)
+    txn_id = cluster.transactional_id_coordinated_by("kte-markers", avoid={leader})
+    coordinator = str(cluster.coordinator_of(txn_id))
+    assert coordinator != str(leader)
+    daemon = fault_daemon(cluster.bootstrap_servers, topics=[topic])
+    run_cycles(daemon, 1)
+    with OpenTransaction(cluster.bootstrap_servers, topic, transactional_id=txn_id) as txn:
+        txn.begin(records=3)
+        with faults.paused(cluster, leader):
+            txn.commit()
+            during = run_cycles(daemon, 3)
+        deadline = time.monotonic() + 60
+        while True:
+            after = run_cycles(daemon, 1)[-1]
+            prepare = total(after, PREPARE_TIME, coordinator=coordinator)
+            if prepare == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+
+    in_prepare = [total(r, STATES, coordinator=coordinator, state="PrepareCommit") for r in during]
+    assert in_prepare == [1, 1, 1]
+    pending = [total(r, PREPARE_TIME, coordinator=coordinator) for r in during]
+    assert 0 <= pending[0] < pending[1] < pending[2]  # counted from the first sighting
+    assert all(false_findings(r) == {} for r in (*during, after))
+    assert prepare == 0
+    assert total(after, STATES, coordinator=coordinator, state="PrepareCommit") == 0
+    assert up(after) == 1
+    tool = TransactionsCommand(kafka_dist, cluster.bootstrap_servers)
+    assert tool.describe(txn_id).state == "CompleteCommit"
+    assert tool.find_hanging(topic=topic, max_transaction_timeout_min=0) == []
 
 
 # -- 5. topic deleted and partitions added mid-cycle ------------------------------------------
