@@ -208,7 +208,12 @@ def test_a_commit_whose_partition_leader_is_paused_is_reported_as_markers_pendin
     txn_id = cluster.transactional_id_coordinated_by("kte-markers", avoid={leader})
     coordinator = str(cluster.coordinator_of(txn_id))
     assert coordinator != str(leader)
-    daemon = fault_daemon(cluster.bootstrap_servers, topics=[topic])
+    # A longer interval than the suite's: every cycle with the paused node must get as far as
+    # ListTransactions, however loaded the machine (the stages' budgets follow the interval).
+    daemon = fault_daemon(
+        clusters=[{"name": "fault", "bootstrap_servers": cluster.bootstrap_servers,
+                   "topics": {"allow": [topic]}, "interval": "20s"}]
+    )  # fmt: skip
     run_cycles(daemon, 1)
     with OpenTransaction(cluster.bootstrap_servers, topic, transactional_id=txn_id) as txn:
         txn.begin(records=3)
