@@ -182,6 +182,9 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from exporter.daemon.heap import lean_heap
+
+    lean_heap()
     from exporter.daemon import Daemon
     from exporter.daemon.listen import ListenError
 

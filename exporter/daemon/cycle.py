@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from exporter.config import ClusterConfig
+from exporter.daemon import heap
 from exporter.daemon.pipeline import PipelineRunner, PipelineTimeoutError, PipelineUnavailableError
 from exporter.groups_config import BUILTIN_RULES, AttributionRule
 from exporter.kafka.admin import ClusterAdmin
@@ -105,6 +106,7 @@ class ClusterJob:
             self._run_cycle()
         finally:
             self._running.release()
+            heap.trim()
 
     def skipped(self) -> None:
         """A scheduled run that did not start because the previous one was still running."""
