@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
@@ -39,8 +39,10 @@ def cli_engine(spark_config: SparkConfig | None = None) -> Iterator[SparkSession
     3. a warm engine on this host: an exporter's embedded Spark serving Spark Connect on
        ``127.0.0.1:<port>`` (``spark_config.connect_server_port``, else
        ``$KAFKA_TXN_EXPORTER_SPARK_CONNECT_PORT``, else 15002), used when it answers;
-    4. else a local session tuned to start fast, started in the background while the
-       command collects from Kafka (the session is a proxy that waits for it on first use).
+    4. else a local session tuned to start fast.
+
+    The engine is found (or started) in the background while the command collects from Kafka:
+    the session is a proxy that waits for it on first use.
 
     The classification is the same everywhere: one ``compute``, only the engine differs.
     """
@@ -53,21 +55,24 @@ def cli_engine(spark_config: SparkConfig | None = None) -> Iterator[SparkSession
         yield spark_session_of_process()
         return
     remote = _connect_target(config)
-    if remote is not None:
-        session = _connect_session(config, remote)
-        if session is not None:
-            try:
-                yield session
-            finally:
-                _quietly_stop(session)
-            return
-    lazy = _LazySession(
-        replace(config, master="local[2]", connect_url=None, app_name="kafka-txn-exporter-cli")
-    )
+    local = replace(config, master="local[2]", connect_url=None, app_name="kafka-txn-exporter-cli")
+    lazy = _LazySession(lambda: _first_engine(config, remote, local))
     try:
         yield cast("SparkSession", lazy)
     finally:
         lazy.stop()
+
+
+def _first_engine(config: SparkConfig, remote: str | None, local: SparkConfig) -> tuple[SparkSession, bool]:
+    """The Connect engine at ``remote`` when it answers, else a local session; and whether it
+    is a Connect client (stopping it ends this client's session, not the server)."""
+    from exporter.pipeline.session import spark_session
+
+    if remote is not None:
+        session = _connect_session(config, remote)
+        if session is not None:
+            return session, True
+    return spark_session(local, short_lived=True), False
 
 
 def spark_session_of_process() -> SparkSession:
@@ -118,22 +123,22 @@ def _quietly_stop(session: SparkSession) -> None:
 
 
 class _LazySession:
-    """A local Spark session started in the background at once; attribute access waits for
-    it. The command collects from Kafka meanwhile: the JVM start is off the critical path."""
+    """The command's engine, found or started in the background at once; attribute access
+    waits for it. The command collects from Kafka meanwhile, so the Connect client's import
+    and handshake, or the local JVM's start, are off the critical path."""
 
-    def __init__(self, config: SparkConfig) -> None:
-        self._config = config
+    def __init__(self, start: Callable[[], tuple[SparkSession, bool]]) -> None:
+        self._start_engine = start
         self._session: SparkSession | None = None
+        self._remote = False
         self._error: BaseException | None = None
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._start, name="spark-start", daemon=True)
         self._thread.start()
 
     def _start(self) -> None:
-        from exporter.pipeline.session import spark_session
-
         try:
-            self._session = spark_session(self._config, short_lived=True)
+            self._session, self._remote = self._start_engine()
         except BaseException as e:  # re-raised on first use
             self._error = e
         finally:
@@ -150,9 +155,14 @@ class _LazySession:
         return getattr(self._wait(), name)
 
     def stop(self) -> None:
-        """Stop the session if it started; a JVM still starting (a command that failed before
-        it needed Spark) is not waited for: it exits with this process (end of its stdin)."""
+        """Stop the session if it started; an engine still starting (a command that failed
+        before it needed Spark) is not waited for: a local JVM exits with this process (end
+        of its stdin), a Connect client's session ends on the server's timeout."""
         from exporter.pipeline.session import stop
 
-        if self._ready.is_set():
+        if not self._ready.is_set() or self._session is None:
+            return
+        if self._remote:
+            _quietly_stop(self._session)
+        else:
             stop(self._session)

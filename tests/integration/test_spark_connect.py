@@ -425,3 +425,30 @@ def test_thin_daemon_on_spark_connect_publishes_what_the_embedded_daemon_publish
     embedded_series = _comparable_series(embedded_text)
     assert any(name == "kafka_txn_hanging_transaction_info" for name, _ in embedded_series)
     assert thin_series == embedded_series
+
+
+@pytest.mark.kafka
+def test_the_cli_classifies_on_a_reachable_connect_engine_and_starts_no_spark_of_its_own(
+    connect_url: str, kafka: KafkaCluster, topic: str, hanging: HangingFactory
+) -> None:
+    """``find-hanging`` with ``SPARK_REMOTE`` set: the engine is looked for while Kafka is
+    read, and the answer comes from the Connect server. The command runs without java on its
+    PATH, so a fallback to a local session could not have answered."""
+    stuck = hanging(topic, partition=1, backdate_ms=30 * 60 * 1000)
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("SPARK_CONNECT_MODE", "PYSPARK_SUBMIT_ARGS", "JAVA_HOME", "PATH")
+    }
+    env.update(SPARK_REMOTE=connect_url, PATH=str(Path(sys.executable).parent), PYTHONPATH=str(REPO))
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from exporter.cli import main; sys.exit(main())",
+         "find-hanging", "--bootstrap-server", kafka.bootstrap_servers, "--topic", topic,
+         "--output", "json"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    found = json.loads(done.stdout)["hanging"]
+    assert [(f["partition"], f["producer_id"], f["start_offset"]) for f in found] == [
+        (1, stuck.producer_id, stuck.start_offset)
+    ]
