@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from exporter.exitcodes import ExitCode
-from exporter.history.audit import record_action
 from exporter.kafka.admin import AbortSpec, ClusterAdmin
 from exporter.kafka.errors import KafkaRequestError, KafkaUnavailable
 from exporter.model import (
@@ -58,6 +57,14 @@ if TYPE_CHECKING:
 #: How long ``abort`` waits for the LSO to move past the aborted transaction.
 LSO_WAIT_S = 10.0
 LSO_POLL_S = 0.2
+
+
+def _record_action(action: str, target: Target, plan: dict[str, Any]) -> None:
+    """The audit record (exporter.history.audit), imported when an action is recorded: the
+    history schema imports pyarrow, half a second every command would pay at start."""
+    from exporter.history.audit import record_action
+
+    record_action(action, target, plan)
 
 
 class Refused(Exception):  # noqa: N818 - reads as an outcome
@@ -158,7 +165,7 @@ def abort(admin: ClusterAdmin, spark: SparkSession, target: Target, request: Abo
     plan = _abort_plan(aborting, finding, offsets)
     if not request.yes:
         plan["result"] = "dry_run"
-        record_action("abort", target, plan)
+        _record_action("abort", target, plan)
         emit(
             request.output,
             plan,
@@ -189,7 +196,7 @@ def abort(admin: ClusterAdmin, spark: SparkSession, target: Target, request: Abo
         f"\nAborted. LSO of {aborting.where} is now {after.last_stable_offset} "
         f"(was {plan['lso_before']}; high watermark {after.high_watermark})."
     )
-    record_action("abort", target, plan)
+    _record_action("abort", target, plan)
     emit(request.output, plan, text)
     if still_open:
         note(f"abort: the marker was written but {aborting.where} still shows the transaction open")
@@ -496,7 +503,7 @@ def force_terminate(admin: ClusterAdmin, target: Target, request: ForceTerminate
         )
     if not request.yes:
         plan["result"] = "dry_run"
-        record_action("force-terminate", target, plan)
+        _record_action("force-terminate", target, plan)
         emit(
             request.output, plan, text + "\nDry run: nothing was changed. Re-run with --yes to terminate it."
         )
@@ -539,7 +546,7 @@ def force_terminate(admin: ClusterAdmin, target: Target, request: ForceTerminate
         after=transaction_record(after, int(time.time() * 1000)),
         lso_after=_last_stable_offsets(admin, now_described),
     )
-    record_action("force-terminate", target, plan)
+    _record_action("force-terminate", target, plan)
     emit(
         request.output,
         plan,
