@@ -67,7 +67,9 @@ BUILTIN_RULES: tuple[AttributionRule, ...] = (
     AttributionRule("kafka_streams_eos_v2", rf"^(?P<application>.+)-{_UUID}-\d+$", builtin=True),
     AttributionRule("kafka_streams_eos_v1", r"^(?P<application>.+)-\d+_\d+$", builtin=True),
     AttributionRule("flink", r"^(?P<application>.+)-\d+-\d+$", builtin=True),
-    AttributionRule("spring", r"^(?P<application>.*?[^-_.\d])[-_.]?\d+$", builtin=True),
+    # The trailing counter, after a separator or right after a letter: "orders-v2-5" is
+    # orders-v2, "tx7" is tx (the prefix may end in a digit only before a separator).
+    AttributionRule("spring", r"^(?P<application>.*?[^-_.])(?:[-_.]|(?<!\d))\d+$", builtin=True),
 )
 _BUILTINS_BY_NAME = {r.name: r for r in BUILTIN_RULES}
 

@@ -9,8 +9,9 @@ kafka-python's private attributes:
 
 * ``KafkaNetClient._manager`` (the connection manager): ``run`` (run a coroutine on the I/O
   thread), ``send`` (one request to one node, with a request timeout), ``wait_for`` (await
-  a future with a timeout), ``cluster.request_update`` and ``_auth_failures`` (the login
-  failure a node's connection recorded);
+  a future with a timeout), ``cluster.request_update``, ``_auth_failures`` (the login
+  failure a node's connection recorded), and ``_backoff`` with ``reset_backoff`` (the
+  reconnect backoff of each node);
 * ``KafkaNetClient._net`` (the selector): ``sleep`` and ``stop`` (the I/O thread).
 
 :data:`INTERNALS` lists them; ``tests/unit/test_kafka_protocol.py`` checks that the
@@ -35,6 +36,8 @@ INTERNALS = (
     ("kafka.net.manager.KafkaConnectionManager", "wait_for"),
     ("kafka.net.manager.KafkaConnectionManager", "cluster"),
     ("kafka.net.manager.KafkaConnectionManager", "_auth_failures"),
+    ("kafka.net.manager.KafkaConnectionManager", "_backoff"),
+    ("kafka.net.manager.KafkaConnectionManager", "reset_backoff"),
     ("kafka.net.selector.NetworkSelector", "sleep"),
     ("kafka.net.selector.NetworkSelector", "stop"),
 )
@@ -126,6 +129,23 @@ class ProtocolClient:
                 response = e
             results.append((key, broker_id, response))
         return results
+
+    def forget_backoff(self) -> None:
+        """Let the next request to any broker connect at once.
+
+        After failed connection attempts kafka-python holds a node back for a growing delay
+        (up to ``reconnect_backoff_max_ms``, plus 20% jitter), and a request sent meanwhile
+        fails at once without trying. The daemon's cycle is the retry loop and its interval
+        the backoff: a broker that came back between two cycles must be tried by the next
+        one, not refused for seconds more."""
+        self._check_open()
+        manager = self._network._manager
+
+        async def forget() -> None:  # on the I/O thread, which owns the table
+            for node_id in list(manager._backoff):
+                manager.reset_backoff(node_id)
+
+        manager.run(forget)
 
     async def sleep(self, seconds: float) -> None:
         await self._network._net.sleep(seconds)

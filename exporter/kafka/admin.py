@@ -121,6 +121,19 @@ class ClusterAdmin:
         with self._confluent_lock:
             self._confluent = None
 
+    def begin_cycle(self) -> None:
+        """A new cycle: every broker gets one fresh attempt, whatever reconnect backoff the
+        last failures left (see :meth:`ProtocolClient.forget_backoff`). librdkafka needs no
+        help: its requests wait for the connection within their timeout."""
+        with self._protocol_lock:
+            client = self._protocol_client
+        if client is None:
+            return
+        try:
+            client.forget_backoff()
+        except Exception:  # a broken client is dropped and rebuilt by the next request
+            log.debug("cluster %s: forgetting kafka-python's backoff failed", self.name, exc_info=True)
+
     def __enter__(self) -> ClusterAdmin:
         return self
 

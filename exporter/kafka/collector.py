@@ -210,6 +210,7 @@ class SnapshotCollector:
         """
         taken_at_ms = int(self._clock() * 1000)
         deadline = None if deadline_s is None else time.monotonic() + deadline_s
+        self.admin.begin_cycle()
         stages = _Stages(self._pool, deadline)
         metadata_by = stages.budget("metadata").requests_by
         metadata = stages.timed(

@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -249,6 +250,40 @@ def prometheus(tmp_path: Path, exporter: Daemon, alertmanager: Server,
 # -- helpers --------------------------------------------------------------------------------
 
 
+#: The exporter's own series printed when a wait fails.
+GROUP_DIAGNOSTICS = re.compile(
+    r"^kafka_txn_(exporter_(cycles_total|request_errors_total|up)|consumer_group_|hanging_transaction_info)"
+)
+
+
+def exporter_lines(exporter: Daemon, pattern: re.Pattern[str]) -> str:
+    url = f"http://{LOOPBACK}:{exporter.port}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+    except OSError as e:
+        return f"<cannot read {url}: {e}>"
+    return "\n".join(line for line in text.splitlines() if pattern.match(line))
+
+
+def describe_group(kafka: KafkaCluster, group: str) -> str:
+    """What Kafka itself lists and returns for ``group`` (ListGroups, OffsetFetch)."""
+    admin = kafka.admin()
+    try:
+        listed = admin.list_consumer_groups(request_timeout=10).result(timeout=15)
+        listing = [
+            (g.group_id, str(g.state), str(getattr(g, "type", "")))
+            for g in listed.valid
+            if g.group_id == group
+        ]
+        [future] = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
+        offsets = future.result(timeout=15).topic_partitions
+    except Exception as e:  # a dump must not fail the dump
+        return f"<cannot describe group {group}: {e!r}>"
+    committed = [(tp.topic, tp.partition, tp.offset) for tp in offsets or []]
+    return f"listed: {listing} (errors: {listed.errors}); committed: {committed}"
+
+
 def payload(event: dict[str, Any]) -> dict[str, Any]:
     value = event.get("payload")
     return value if isinstance(value, dict) else {}
@@ -353,7 +388,10 @@ def test_hanging_transaction_pages_and_resolves_after_cli_abort(
                 f"--- Prometheus targets:\n{describe_json(prometheus.url + '/api/v1/targets')}",
                 dashboards.describe(),
                 f"--- exporter: up {state.up}, {state.cycles_complete} complete cycle(s), last "
-                f"stages (s): {dict(state.stage_seconds)}",
+                f"stages (s): {dict(state.stage_seconds)}, group lags in the last result: "
+                f"{len(state.result.groups.lags) if state.result and state.result.groups else None}",
+                f"--- exporter /metrics:\n{exporter_lines(exporter, GROUP_DIAGNOSTICS)}",
+                f"--- Kafka's view of {BLOCKED_GROUP}:\n{describe_group(kafka, BLOCKED_GROUP)}",
                 prometheus.process.describe(),
                 alertmanager.process.describe(),
             ]
