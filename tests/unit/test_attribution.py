@@ -45,7 +45,7 @@ def test_spring_prefix_and_counter_maps_to_the_prefix_without_separator(spark: S
 def test_spring_prefix_that_ends_in_a_digit_before_its_separator_keeps_it(spark: SparkSession) -> None:
     """A random or versioned prefix (``-0c312328-``, ``-v2-``) is the application whatever its
     last character; before, a prefix ending in a digit matched no rule."""
-    ids = ["orders-v2-5", "kte-hanging-0c312328-0", "kte-hanging-ba57efcd-0", "x_12_3"]
+    ids: list[str | None] = ["orders-v2-5", "kte-hanging-0c312328-0", "kte-hanging-ba57efcd-0", "x_12_3"]
     assert attribute(spark, ids) == ["orders-v2", "kte-hanging-0c312328", "kte-hanging-ba57efcd", "x_12"]
 
 
