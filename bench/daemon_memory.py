@@ -57,6 +57,7 @@ from pathlib import Path
 from collect_bench import make_traffic, settle
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.pipeline.class_archive import CLASS_ARCHIVE_ENV
 from testbed.broker import KafkaCluster, free_port
 from testbed.oracles import TransactionsCommand
 
@@ -391,11 +392,35 @@ def exporter_command() -> list[str]:
     return [sys.executable, "-c", "import sys; from exporter.cli import main; sys.exit(main())"]
 
 
-def time_cli_find_hanging(bootstrap: str, *, engine_port: int, log_path: Path) -> tuple[float, int]:
+def write_class_archive(work: Path) -> Path | None:
+    """``kafka-txn-exporter class-archive`` into ``work`` (None when it failed: see its log)."""
+    archive = work / "spark-classes.jsa"
+    with (work / "class-archive.log").open("ab") as out:
+        code = subprocess.run(
+            [*exporter_command(), "class-archive", "--out", str(archive)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+            check=False,
+        ).returncode
+    if code != 0:
+        progress(f"class-archive failed (exit {code}): see {work / 'class-archive.log'}")
+        return None
+    return archive
+
+
+def time_cli_find_hanging(
+    bootstrap: str, *, engine_port: int, log_path: Path, class_archive: Path | None = None
+) -> tuple[float, int]:
     """Wall seconds and exit code of ``kafka-txn-exporter find-hanging`` on the whole cluster
-    (exit 1 = found). ``engine_port`` 0: no warm engine probed (the cold local fallback)."""
+    (exit 1 = found). ``engine_port`` 0: no warm engine probed (the cold local fallback).
+    ``class_archive``: the JVM class archive the local fallback maps (None: none)."""
     env = {**os.environ, "KAFKA_TXN_EXPORTER_SPARK_CONNECT_PORT": str(engine_port)}
     env.pop("SPARK_REMOTE", None)
+    env.pop(CLASS_ARCHIVE_ENV, None)
+    if class_archive is not None:
+        env[CLASS_ARCHIVE_ENV] = str(class_archive)
     started = time.monotonic()
     with log_path.open("ab") as out:
         code = subprocess.run(
@@ -622,6 +647,9 @@ class Extra:
     find_hanging_runs: int = 0
     cli_cold_s: float = math.nan
     cli_cold_exit: int | None = None
+    #: The same with the class archive of ``kafka-txn-exporter class-archive`` mapped.
+    cli_cold_archive_s: float = math.nan
+    cli_cold_archive_exit: int | None = None
     connect_server_rss_mib: float = math.nan
 
 
@@ -711,6 +739,11 @@ def print_report(
             f"CLI find-hanging cold (local Spark started for the command): "
             f"{extra.cli_cold_s:.2f} s (exit {extra.cli_cold_exit})"
         )
+    if not math.isnan(extra.cli_cold_archive_s):
+        print(
+            f"CLI find-hanging cold with the class archive mapped: "
+            f"{extra.cli_cold_archive_s:.2f} s (exit {extra.cli_cold_archive_exit})"
+        )
     if not math.isnan(extra.connect_server_rss_mib):
         print(
             f"Spark Connect server JVM (thin mode's shared engine), RSS at the end: "
@@ -763,6 +796,7 @@ def print_figures(results: Sequence[VariantResult], brokers: int, partitions: in
         figure("cli_warm_s", warm[0].cli_warm_s)
         figure("cli_warm_first_s", warm[0].cli_warm_first_s)
     figure("cli_cold_s", extra.cli_cold_s)
+    figure("cli_cold_archive_s", extra.cli_cold_archive_s)
     if not math.isnan(extra.cli_cold_s) or warm:
         figure("kafka_find_hanging_s", extra.find_hanging_s)
     if many and single:
@@ -846,6 +880,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 bootstrap, engine_port=0, log_path=work / "cli-cold.log"
             )
             progress(f"CLI find-hanging cold: {extra.cli_cold_s:.2f} s (exit {extra.cli_cold_exit})")
+            archive = write_class_archive(work)
+            if archive is not None:
+                extra.cli_cold_archive_s, extra.cli_cold_archive_exit = time_cli_find_hanging(
+                    bootstrap, engine_port=0, log_path=work / "cli-cold.log", class_archive=archive
+                )
+                progress(
+                    f"CLI find-hanging cold, class archive mapped: {extra.cli_cold_archive_s:.2f} s "
+                    f"(exit {extra.cli_cold_archive_exit})"
+                )
         try:
             with CommitLoop(bootstrap, "bench-txn", range(20, 100)) as loop:
                 for variant in variants:

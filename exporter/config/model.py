@@ -201,6 +201,9 @@ class SparkConfig:
     #: Loopback port of a Spark Connect endpoint inside the embedded driver (the CLI's warm
     #: engine); ``None`` or 0: no endpoint.
     connect_server_port: int | None = None
+    #: A class archive of the embedded driver's JVM (``kafka-txn-exporter class-archive``):
+    #: mapped at start when the file exists, for a faster start; ``None``: none.
+    class_archive: str | None = None
     pipeline_timeout_ms: int | None = None
     start_timeout_ms: int = 180_000
     unhealthy_after_intervals: int = 3
@@ -508,6 +511,7 @@ SPARK = Section(
         ),
         Key("conf", "conf", StringMap(key_prefix="spark.")),
         Key("connect_server_port", "connect_server_port", Integer(0, 65535)),
+        Key("class_archive", "class_archive", Text(empty_is_none=True)),
         Key("pipeline_timeout", "pipeline_timeout_ms", Duration(minimum_ms=1000)),
         Key("start_timeout", "start_timeout_ms", Duration(minimum_ms=10_000)),
         Key("unhealthy_after_intervals", "unhealthy_after_intervals", Integer(1, 1000)),

@@ -33,6 +33,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from exporter.config import SparkConfig
+from exporter.pipeline.class_archive import archive_options, mapped_archive, refuse_archive
 
 log = logging.getLogger(__name__)
 # py4j logs every connection a pipeline thread opens and closes at INFO.
@@ -168,7 +169,7 @@ def is_embedded(config: SparkConfig) -> bool:
 def java_options(config: SparkConfig, *, short_lived: bool = False) -> str:
     """``spark.driver.extraJavaOptions`` of the embedded driver: ours, then the operator's
     (given in ``conf``; for a flag given twice the JVM takes the last one)."""
-    options = [f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}", *LEAN_JVM_OPTIONS]
+    options = [f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}", *LEAN_JVM_OPTIONS, *archive_options(config)]
     if short_lived:
         options += SHORT_LIVED_JVM_OPTIONS
     own = config.conf.get("spark.driver.extraJavaOptions")
@@ -220,7 +221,17 @@ def spark_session(config: SparkConfig, *, short_lived: bool = False) -> SparkSes
         for key, value in LOCAL_JVM_ENV.items():  # inherited by the JVM PySpark starts
             os.environ.setdefault(key, value)
     log.info("starting Spark session on %s", where)
-    session = builder.getOrCreate()
+    try:
+        session = builder.getOrCreate()
+    except Exception as e:
+        archive = mapped_archive(config) if is_embedded(config) else None
+        if archive is None:
+            raise
+        # The JVM refuses an archive of another build quietly, but crashes on a damaged one:
+        # an archive may make a start faster, never make it fail.
+        refuse_archive(archive, e)
+        kill_local()  # whatever of that JVM is left, and PySpark's state pointing at it
+        return spark_session(config, short_lived=short_lived)
     if not config.connect_url:
         # Only a classic session has a SparkContext; with Connect the server owns logging.
         session.sparkContext.setLogLevel("ERROR")

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from exporter.config import DEFAULT_LISTEN_ADDRESS
+from exporter.pipeline.class_archive import CLASS_ARCHIVE_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
@@ -196,3 +197,15 @@ def test_dockerignore_keeps_the_package_sources(stages: list[Stage]) -> None:
     for needed in ("pyproject.toml", "exporter"):
         assert needed in copied
         assert f"!{needed}" in patterns or f"!{needed}/" in patterns
+
+
+def test_the_image_writes_a_class_archive_and_points_the_driver_at_it(runtime: Stage) -> None:
+    archive = env_of(runtime)[CLASS_ARCHIVE_ENV]
+    writes = [
+        shlex.split(command)
+        for run in runtime.all("RUN")
+        for command in re.split(r";|&&", run)
+        if "class-archive" in command
+    ]
+    assert writes == [["kafka-txn-exporter", "class-archive", "--out", f"${{{CLASS_ARCHIVE_ENV}}}"]]
+    assert archive.startswith("/usr/") and archive not in writable_dirs(runtime)
