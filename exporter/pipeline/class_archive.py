@@ -13,8 +13,10 @@ start 3.6-3.8 -> 2.2 s, the first pipeline run 5.7-6.0 -> 4.5-5.0 s, a cold CLI
 * :func:`archive_options` gives the embedded driver ``-XX:SharedArchiveFile`` when
   ``spark.class_archive`` (or ``$KAFKA_TXN_EXPORTER_SPARK_CLASS_ARCHIVE``, for the CLI) names
   an existing file. An archive written by another JVM build or for other Spark jars is
-  refused by the JVM itself, which then starts without it (``-Xshare:auto``, the default):
-  the archive can make a start faster, never make it fail.
+  refused by the JVM itself, which then starts without it (``-Xshare:auto``, the default);
+  a damaged one (a copy cut short) crashes the JVM as it starts, so ``spark_session`` then
+  calls :func:`refuse_archive` and starts again without it. The archive can make a start
+  faster, never make it fail.
 """
 
 from __future__ import annotations
