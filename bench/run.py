@@ -183,7 +183,7 @@ TARGETS: tuple[tuple[str, tuple[str, ...], tuple[str, float] | None, str], ...] 
     ("CLI find-hanging, warm engine (s, median of 3)", ("cli_warm_s",), ("<=", 3.0), "17.5 (no warm engine)"),
     ("CLI find-hanging, warm engine, first run (s)", ("cli_warm_first_s",), None, "-"),
     ("CLI find-hanging, cold (s)", ("cli_cold_s",), ("<=", 10.0), "17.5"),
-    ("CLI find-hanging, cold, class archive mapped (s)", ("cli_cold_archive_s",), ("<=", 10.0), "17.5"),
+    ("CLI find-hanging, cold, class archive (s)", ("cli_cold_archive_s",), ("<=", 10.0), "17.5"),
     ("RSS peak, embedded, 10k (MiB)", ("rss_peak_mib@1b_10000p",), ("<=", 768), "1078 (3000 p.)"),
     ("RSS slope, embedded, 10k (MiB/min)", ("rss_slope_mib_min@1b_10000p",), ("<=", 1.0), "+87 (1st minute)"),
     ("RSS peak, embedded, 1 broker (MiB)", ("rss_peak_mib@1b_3000p", "rss_peak_mib@1b_1000p"), None, "1078"),
