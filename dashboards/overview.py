@@ -351,7 +351,10 @@ def _coordinators() -> Section:
                 title="Unknown open transactions by reason",
                 shows="Open transactions the exporter could not classify, by reason: "
                 "coordinator_unreadable, listing_incomplete, owner_may_be_invisible (the "
-                "principal may not Describe every transactional id), unverified.",
+                "principal may not Describe every transactional id), unlisted_within_timeout "
+                "(listed by no coordinator, but young enough to be a live transaction whose id "
+                "a DENY rule hides: a hanging candidate once older than "
+                "transaction.max.timeout.ms + 5 min), unverified.",
                 when_red="owner_may_be_invisible or listing_incomplete above 0: follow "
                 f"{runbook('KafkaTxnExporterBlindSpot')} (ACL Describe on TransactionalId *).",
                 unit="none",

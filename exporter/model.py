@@ -82,6 +82,11 @@ class UnknownReason(enum.StrEnum):
     #: every transactional id (ListTransactions silently leaves those out): the owner may be
     #: a live transaction the exporter cannot see.
     OWNER_MAY_BE_INVISIBLE = "owner_may_be_invisible"
+    #: No coordinator lists its producer id, but it is not yet older than its leader's
+    #: transaction.max.timeout.ms plus the late padding: a live transaction whose id the
+    #: principal may not see (a DENY rule or a custom authorizer the visibility probe cannot
+    #: detect) can be that young, and any live one older has been aborted by its coordinator.
+    UNLISTED_WITHIN_TIMEOUT = "unlisted_within_timeout"
     #: A hanging candidate whose partition could not be read again after the coordinators
     #: were read, so the candidate could not be verified.
     UNVERIFIED = "unverified"
@@ -192,6 +197,12 @@ class GroupOffset:
     pending_transactional_commit: bool = False
 
 
+#: How a DescribeProducers error of the re-read (the second read of the partitions that showed
+#: an open transaction, after the coordinators) begins its message: such an error leaves those
+#: partitions unverified, but the first read of them stands.
+REREAD_MESSAGE = "re-read after DescribeTransactions"
+
+
 @dataclass(frozen=True, slots=True)
 class CollectionError:
     """A part of the cycle that was lost. Counted, exported, never fatal."""
@@ -202,6 +213,11 @@ class CollectionError:
     topic: str = ""
     partition: int = -1
     message: str = ""
+
+    @property
+    def first_read_of_producers(self) -> bool:
+        """A DescribeProducers error of the cycle's first read (not of the re-read)."""
+        return self.api == "DescribeProducers" and not self.message.startswith(REREAD_MESSAGE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +256,25 @@ class ClusterSnapshot:
     @property
     def complete(self) -> bool:
         return not self.errors
+
+    def unread_partitions(self) -> frozenset[tuple[str, int]]:
+        """Partitions whose producer state this cycle could not read (DescribeProducers failed
+        for the partition, for its leader, or as a whole): no evidence either way. A failed
+        re-read is not among them: the first read of its partitions stands."""
+        failed = [e for e in self.errors if e.first_read_of_producers]
+        if not failed:
+            return frozenset()
+        if any(e.broker_id < 0 and e.partition < 0 for e in failed):
+            return frozenset((p.topic, p.partition) for p in self.partitions)
+        brokers = {e.broker_id for e in failed if e.partition < 0}
+        keys = {(e.topic, e.partition) for e in failed if e.partition >= 0}
+        keys |= {(p.topic, p.partition) for p in self.partitions if p.leader in brokers}
+        return frozenset(keys)
+
+    def unread_topics(self) -> frozenset[str]:
+        """Topics this cycle's metadata left out with an error (e.g. TOPIC_AUTHORIZATION_FAILED
+        for a topic named in the config): none of their partitions was read."""
+        return frozenset(e.topic for e in self.errors if e.api == "Metadata" and e.topic)
 
 
 @dataclass(frozen=True, slots=True)

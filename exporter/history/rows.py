@@ -141,15 +141,9 @@ class CycleRows:
             for p in snapshot.producers
             if p.current_txn_start_offset >= 0
         }
-        unread_brokers = {
-            e.broker_id for e in snapshot.errors if e.api == "DescribeProducers" and not e.topic
-        }
-        unread_partitions = {
-            (e.topic, e.partition) for e in snapshot.errors if e.api == "DescribeProducers" and e.topic
-        }
-        unread_partitions |= {
-            (e.topic, e.partition) for e in snapshot.errors if e.api == "Metadata" and e.topic
-        }
+        unread_brokers = {e.broker_id for e in snapshot.errors if e.first_read_of_producers and not e.topic}
+        unread_partitions = snapshot.unread_partitions()
+        unread_topics = snapshot.unread_topics()
         rows: list[Row] = []
         still: dict[Identity, Tracked] = {}
         for ident, tracked in previous.items():
@@ -162,6 +156,7 @@ class CycleRows:
             if (
                 f.broker_id in unread_brokers
                 or (f.topic, f.partition) in unread_partitions
+                or f.topic in unread_topics
                 or (not snapshot.producers and snapshot.errors)
             ):
                 still[ident] = tracked  # not read this cycle: it may still be open

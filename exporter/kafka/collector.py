@@ -51,6 +51,7 @@ from exporter.kafka.metadata import TRANSACTION_STATE_TOPIC
 from exporter.kafka.results import Collected, Gather, guarded
 from exporter.model import (
     OPEN_COORDINATOR_STATES,
+    REREAD_MESSAGE,
     BatchTimestamp,
     BrokerConfig,
     ClusterSnapshot,
@@ -88,7 +89,6 @@ GRACE_SHARE = 0.1
 #: Threads per collector: the five stages after metadata at once, plus stages cut in an
 #: earlier cycle whose requests have not ended yet.
 STAGE_WORKERS = 8
-REREAD_MESSAGE = "re-read after DescribeTransactions"
 
 
 @dataclass(frozen=True, slots=True)

@@ -292,7 +292,9 @@ class TransactionHealthCollector(Collector):
             f"{PREFIX}_open_transactions_unknown",
             "Open partition-level transactions classed unknown, by why the evidence is missing: "
             "coordinator_unreadable, listing_incomplete, owner_may_be_invisible (the principal "
-            "may not Describe every transactional id), unverified (see docs/metrics.md).",
+            "may not Describe every transactional id), unlisted_within_timeout (listed by no "
+            "coordinator, but not yet older than transaction.max.timeout.ms plus padding), "
+            "unverified (see docs/metrics.md).",
             labels=[self._label, "reason"],
         )
         for s, r in _results(states):

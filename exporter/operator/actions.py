@@ -315,6 +315,14 @@ def _unknown_message(classified: Classified, f: Finding) -> str:
             f"transaction the principal cannot see; {INVISIBLE_OWNER_ACL_HINT}; nothing "
             "was aborted"
         )
+    if f.unknown_reason is UnknownReason.UNLISTED_WITHIN_TIMEOUT:
+        return (
+            f"{what}: no coordinator lists its producer id, but it has been open only "
+            f"{human_duration(f.duration_ms)}, less than its leader's transaction.max.timeout.ms "
+            "plus 5 minutes, so it may be a live transaction whose transactional id the "
+            "principal may not see (a DENY rule or a custom authorizer); if no coordinator "
+            "owns it, it is hanging once older than that; nothing was aborted"
+        )
     errors = (
         "; ".join(f"{e.api} {e.error} (broker {e.broker_id})" for e in classified.snapshot.errors)
         or "no answer"

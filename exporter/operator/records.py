@@ -45,6 +45,11 @@ _UNKNOWN_REASONS = {
         "no coordinator lists its producer id, but the exporter's principal may not Describe "
         "every transactional id, so its owner may be a live transaction it cannot see"
     ),
+    UnknownReason.UNLISTED_WITHIN_TIMEOUT.value: (
+        "no coordinator lists its producer id, but it is younger than its leader's "
+        "transaction.max.timeout.ms plus 5 minutes, so it may be a live transaction whose "
+        "transactional id the principal may not see (a DENY rule or a custom authorizer)"
+    ),
     UnknownReason.UNVERIFIED.value: "its partition could not be read again to verify it",
 }
 

@@ -594,11 +594,18 @@ def _classified(
     )
     if not mem.candidates:
         return current
-    # A remembered candidate whose partition could not be read at all this cycle: no evidence
-    # either way, so it stays as it was (its age moves on).
-    unread = t["unread_partitions"].select("topic", "partition")
-    absent = previous.join(open_txns.select(*KEY), list(KEY), "left_anti").join(
-        b(unread), ["topic", "partition"], "left_semi"
+    # A remembered candidate whose partition could not be read at all this cycle (its
+    # DescribeProducers failed, or its topic was left out of the metadata with an error): no
+    # evidence either way, so it stays as it was (its age moves on). A failed re-read is no
+    # such case: the first read of the partition stands, and if it shows the transaction
+    # gone, the candidate is cleared.
+    unread = t["unread_partitions"].select("topic", "partition", F.lit(True).alias("_unread"))
+    unread_topics = t["unread_topics"].select("topic", F.lit(True).alias("_topic_unread"))
+    absent = (
+        previous.join(open_txns.select(*KEY), list(KEY), "left_anti")
+        .join(b(unread), ["topic", "partition"], "left")
+        .join(b(unread_topics), "topic", "left")
+        .where(c("_unread").isNotNull() | c("_topic_unread").isNotNull())
     )
     return current.unionByName(absent.select(*_kept_columns(now_ms)))
 
@@ -650,22 +657,6 @@ def _classified_columns(
     match = c("match")
     incomplete = listing_incomplete(snapshot)
     visible = snapshot.transactional_ids_visible is True
-    not_listed_reason = (
-        F.lit(HangingReason.NO_TRANSACTIONAL_ID.value)
-        if visible and not incomplete
-        else F.lit(None).cast("string")
-    )
-    reason = F.when(match == _NOT_LISTED, not_listed_reason)
-    for rank, why in _CANDIDATE_REASON.items():
-        reason = reason.when(match == rank, F.lit(why.value))
-    not_listed_unknown = (
-        UnknownReason.LISTING_INCOMPLETE if incomplete else UnknownReason.OWNER_MAY_BE_INVISIBLE
-    )
-    missing_evidence = (
-        F.when(match == _UNREADABLE, F.lit(UnknownReason.COORDINATOR_UNREADABLE.value))
-        .when((match == _NOT_LISTED) & reason.isNull(), F.lit(not_listed_unknown.value))
-        .when(reason.isNotNull() & c("reread").isNull(), F.lit(UnknownReason.UNVERIFIED.value))
-    )
 
     legit = match == _LEGIT
     from_coordinator = legit & (c("txn_start_time_ms") >= 0)
@@ -687,6 +678,34 @@ def _classified_columns(
     max_timeout = F.coalesce(c("transaction_max_timeout_ms"), F.lit(DEFAULT_TRANSACTION_MAX_TIMEOUT_MS))
     late = known_start & (duration > max_timeout + F.lit(settings.late_padding_ms))
     two_phase = legit & (c("txn_timeout_ms") == TWO_PHASE_COMMIT_TIMEOUT_MS)
+
+    # "No coordinator lists the producer id" needs a complete listing, a principal that may
+    # see every id, and an age no live transaction reaches: the visibility probe cannot see a
+    # DENY rule (or a custom authorizer) that hides some ids only, and a live transaction
+    # outlives its leader's transaction.max.timeout.ms plus padding only under two-phase
+    # commit (KIP-939). Younger, it is unknown (unlisted_within_timeout), never a candidate.
+    unlisted = match == _NOT_LISTED
+    listing_trusted = visible and not incomplete
+    not_listed_reason = (
+        F.when(late, F.lit(HangingReason.NO_TRANSACTIONAL_ID.value))
+        if listing_trusted
+        else F.lit(None).cast("string")
+    )
+    reason = F.when(unlisted, not_listed_reason)
+    for rank, why in _CANDIDATE_REASON.items():
+        reason = reason.when(match == rank, F.lit(why.value))
+    not_listed_unknown = (
+        UnknownReason.UNLISTED_WITHIN_TIMEOUT
+        if listing_trusted
+        else UnknownReason.LISTING_INCOMPLETE
+        if incomplete
+        else UnknownReason.OWNER_MAY_BE_INVISIBLE
+    )
+    missing_evidence = (
+        F.when(match == _UNREADABLE, F.lit(UnknownReason.COORDINATOR_UNREADABLE.value))
+        .when(unlisted & reason.isNull(), F.lit(not_listed_unknown.value))
+        .when(reason.isNotNull() & c("reread").isNull(), F.lit(UnknownReason.UNVERIFIED.value))
+    )
 
     remembered = c("previous_cycles").isNotNull()
     verified_candidate = reason.isNotNull() & c("reread").isNotNull() & c("verified").isNotNull()
@@ -734,9 +753,12 @@ def _classified_columns(
         application_column(transactional_id, rules).alias("application"),
         cycles.alias("candidate_cycles"),
         _severity(txn_class).alias("severity"),
-        # A candidate whose partition, read again after the coordinators, no longer shows it:
-        # it closed between the reads (markers written meanwhile), so it is not open at all.
-        (reason.isNotNull() & c("reread").isNotNull() & c("verified").isNull()).alias("closed_meanwhile"),
+        # A candidate (or an unlisted transaction) whose partition, read again after the
+        # coordinators, no longer shows it: it closed between the reads (markers written
+        # meanwhile), so it is not open at all.
+        ((reason.isNotNull() | unlisted) & c("reread").isNotNull() & c("verified").isNull()).alias(
+            "closed_meanwhile"
+        ),
     ]
 
 

@@ -231,18 +231,9 @@ def _transaction_partitions(s: ClusterSnapshot) -> list[TransactionPartitionRow]
     ]
 
 
-def _unread_partitions(s: ClusterSnapshot) -> list[PartitionRow]:
-    """Partitions whose producer state this cycle could not read (DescribeProducers failed
-    for the partition, for its leader, or as a whole): no evidence either way."""
-    failed = [e for e in s.errors if e.api == "DescribeProducers"]
-    if not failed:
-        return []
-    if any(e.broker_id < 0 and e.partition < 0 for e in failed):
-        return [PartitionRow(p.topic, p.partition) for p in s.partitions]
-    brokers = {e.broker_id for e in failed if e.partition < 0}
-    keys = {(e.topic, e.partition) for e in failed if e.partition >= 0}
-    keys |= {(p.topic, p.partition) for p in s.partitions if p.leader in brokers}
-    return [PartitionRow(t, p) for t, p in sorted(keys)]
+@dataclass(frozen=True, slots=True)
+class TopicRow:
+    topic: str
 
 
 #: Every snapshot table: its name, its record type and how to read its rows off a snapshot.
@@ -264,7 +255,11 @@ SNAPSHOT_TABLES: dict[str, tuple[type, Callable[[ClusterSnapshot], Sequence[Any]
         PartitionRow,
         lambda s: [PartitionRow(t, p) for t, p in sorted(s.reread_partitions)],
     ),
-    "unread_partitions": (PartitionRow, _unread_partitions),
+    "unread_partitions": (
+        PartitionRow,
+        lambda s: [PartitionRow(t, p) for t, p in sorted(s.unread_partitions())],
+    ),
+    "unread_topics": (TopicRow, lambda s: [TopicRow(t) for t in sorted(s.unread_topics())]),
 }
 
 

@@ -298,3 +298,61 @@ def test_invisible_owner_is_unknown_never_hanging_and_abort_refuses(
     assert [v for _, v in visible] == [0]
     assert code == 3, f"abort did not refuse: {out}\n{err}"
     assert after == before and still_open
+
+
+@pytest.mark.usefixtures("clean_acls")
+def test_a_deny_rule_the_probe_cannot_see_never_makes_a_live_transaction_hanging(
+    kafka_acl: KafkaCluster,
+    acl_topic: str,
+    daemon_for: DaemonFactory,
+    exporter_properties: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The documented table (Describe on every transactional id) plus a DENY on another team's
+    # prefix. The visibility probe's own id is allowed, so the exporter reads "every id
+    # visible"; ListTransactions still leaves the denied ids out. Young enough to be live, the
+    # unlisted transaction is unknown, never a candidate, and abort refuses it.
+    rows = acls.exporter_acls(EXPORTER, [acl_topic])
+    rows.append(
+        acls.Acl(
+            EXPORTER, "TRANSACTIONAL_ID", acls.APP_TRANSACTIONAL_ID_PREFIX, "DESCRIBE",
+            pattern="PREFIXED", permission="DENY",
+        )
+    )  # fmt: skip
+    rows.append(acls.Acl(EXPORTER, "CLUSTER", acls.CLUSTER_RESOURCE, "CLUSTER_ACTION"))
+    acls.grant(kafka_acl, rows)
+    daemon = daemon_for(acl_topic)
+    start_offset, _ = kafka_acl.end_offsets(acl_topic, 0)
+    txn = open_invisible_transaction(kafka_acl, acl_topic, partition=0)
+    try:
+        per_cycle = []
+        for _ in range(CYCLES + 1):
+            registry = cycle(daemon)
+            per_cycle.append(
+                (
+                    open_by_class(registry),
+                    hanging_partitions(registry, acl_topic),
+                    total(registry, "kafka_txn_open_transactions_unknown", reason="unlisted_within_timeout"),
+                )
+            )
+        visible = samples(registry, "kafka_txn_exporter_transactional_ids_visible")
+        before = kafka_acl.end_offsets(acl_topic, 0)
+        code, out, err = cli(
+            capsys, "abort", "--bootstrap-server", kafka_acl.bootstrap_for(SASL_LISTENER),
+            "--command-config", str(exporter_properties), "--topic", acl_topic,
+            "--partition", "0", "--start-offset", str(start_offset), "--yes",
+        )  # fmt: skip
+        after = kafka_acl.end_offsets(acl_topic, 0)
+        still_open = txn.is_open
+    finally:
+        txn.abort()
+        acls.revoke(kafka_acl, acls.application_acls(acls.user(acls.APP_USER), acl_topic))
+
+    assert [v for _, v in visible] == [1]  # the probe cannot see the DENY rule
+    for classes, found, unlisted in per_cycle:
+        assert all(classes.get(c, 0) == 0 for c in FALSE_FINDING_CLASSES), classes
+        assert classes.get("unknown", 0) == 1 and unlisted == 1, classes
+        assert found == set()
+    assert code == 3, f"abort did not refuse: {out}\n{err}"
+    assert "a DENY rule or a custom authorizer" in err + out
+    assert after == before and still_open

@@ -12,7 +12,7 @@ from exporter.history.audit import action_row, audit_entry, history_of
 from exporter.history.config import DAY_MS, HistoryConfig, parse_history_section
 from exporter.history.rows import CycleRows
 from exporter.history.schema import ACTIONS, BY_NAME, CLOSED, DATASETS
-from exporter.model import ListedTransaction, TxnClass
+from exporter.model import REREAD_MESSAGE, CollectionError, ListedTransaction, TxnClass
 from tests.unit.history_fixtures import HANGING, LATE, T0, Cycle, make, scenario
 
 # --- config -----------------------------------------------------------------------------------
@@ -111,12 +111,29 @@ def test_closed_transactions_are_reported_once_with_how_they_ended() -> None:
 def test_a_transaction_on_an_unread_partition_is_not_called_closed() -> None:
     rows = CycleRows()
     rows.rows(*make(Cycle(T0, [HANGING])))
-    from exporter.model import CollectionError
-
     lost = Cycle(T0 + 30_000, [], errors=[CollectionError("DescribeProducers", "TIMEOUT", 1)])
     assert rows.rows(*make(lost))["closed"] == []
     assert rows.tracked == 1
     assert [r[-2] for r in rows.rows(*make(Cycle(T0 + 60_000, [])))["closed"]] == ["no_coordinator"]
+
+
+def test_a_transaction_on_a_topic_left_out_of_the_metadata_is_not_called_closed() -> None:
+    rows = CycleRows()
+    rows.rows(*make(Cycle(T0, [HANGING, LATE])))
+    refused = CollectionError("Metadata", "TOPIC_AUTHORIZATION_FAILED", topic=HANGING.topic)
+    later = rows.rows(*make(Cycle(T0 + 30_000, [LATE], errors=[refused])))
+    assert later["closed"] == []
+    assert rows.tracked == 2
+
+
+def test_a_failed_re_read_does_not_hide_a_close_the_first_read_saw() -> None:
+    rows = CycleRows()
+    rows.rows(*make(Cycle(T0, [HANGING, LATE])))
+    reread = CollectionError("DescribeProducers", "REQUEST_TIMED_OUT", 1, message=REREAD_MESSAGE)
+    later = rows.rows(*make(Cycle(T0 + 30_000, [LATE], errors=[reread])))
+    assert [(r[CLOSED.names.index("topic")], r[-2]) for r in later["closed"]] == [
+        (HANGING.topic, "no_coordinator")
+    ]
 
 
 @pytest.mark.parametrize(

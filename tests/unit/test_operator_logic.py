@@ -155,6 +155,16 @@ def test_abort_refuses_with_exit_3_when_the_owner_may_be_invisible() -> None:
     assert "nothing was aborted" in message
 
 
+def test_abort_refuses_with_exit_3_an_unlisted_transaction_a_live_one_could_still_be() -> None:
+    f = finding(TxnClass.UNKNOWN, UnknownReason.UNLISTED_WITHIN_TIMEOUT)
+    with pytest.raises(actions.CannotVerify) as info:
+        actions._judge(classified(f), target())
+    message = str(info.value)
+    assert "no coordinator lists its producer id, but it has been open only 2h" in message
+    assert "a DENY rule or a custom authorizer" in message
+    assert "nothing was aborted" in message
+
+
 def test_abort_accepts_only_hanging() -> None:
     assert actions._judge(classified(finding(TxnClass.HANGING)), target()).hanging
     with pytest.raises(actions.Refused, match="not hanging"):

@@ -13,6 +13,7 @@ from exporter.config import SparkConfig
 from exporter.model import (
     COORDINATOR_STATES,
     DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
+    REREAD_MESSAGE,
     TWO_PHASE_COMMIT_TIMEOUT_MS,
     BatchTimestamp,
     Broker,
@@ -43,6 +44,9 @@ MIN = 60 * SEC
 DAY = 24 * 60 * MIN
 PID = 4242
 TID = "orders-tx"
+#: Older than the default transaction.max.timeout.ms (15 min) plus the late padding (5 min):
+#: an open transaction no coordinator lists is a hanging candidate only past that age.
+OLD = 30 * MIN
 
 pytestmark = pytest.mark.spark
 
@@ -56,7 +60,7 @@ def producer(
     pid: int = PID,
     epoch: int = 5,
     start: int = 100,
-    last_ts: int = NOW - MIN,
+    last_ts: int = NOW - OLD,
     broker: int = 1,
 ) -> ProducerState:
     return ProducerState(
@@ -557,8 +561,8 @@ def test_two_phase_commit_without_the_partition_is_still_a_candidate(spark: Spar
 
 def test_findings_sorted_most_severe_then_oldest_and_capped(spark: SparkSession) -> None:
     producers = [
-        producer("h", 0, pid=1, last_ts=NOW - 2 * MIN),  # hanging, young
-        producer("h", 1, pid=2, last_ts=NOW - 3 * MIN),  # hanging, older
+        producer("h", 0, pid=1, last_ts=NOW - OLD),  # hanging
+        producer("h", 1, pid=2, last_ts=NOW - OLD - MIN),  # hanging, older
         producer("l", 0, pid=3),  # late (owned, old)
         producer("p", 0, pid=4),  # 2PC
         producer("o", 0, pid=5),
@@ -941,6 +945,37 @@ def test_an_unlisted_owner_is_unknown_while_some_ids_may_be_invisible(
     assert result.transactional_ids_visible is visible
 
 
+def test_an_unlisted_transaction_is_no_candidate_before_any_live_one_would_have_timed_out(
+    spark: SparkSession,
+) -> None:
+    # The probe says every id is visible, but a DENY rule or a custom authorizer may still hide
+    # this transaction's id: younger than its leader's transaction.max.timeout.ms plus the
+    # padding it may be live, so it is unknown, never a candidate, however many cycles pass.
+    young = snapshot(producers=[producer(last_ts=NOW - 2 * MIN)])
+    previous = None
+    for cycle in range(3):
+        result = run(spark, young, previous=previous, now=NOW + cycle * 30 * SEC)
+        finding = only(result)
+        assert finding.txn_class is TxnClass.UNKNOWN
+        assert finding.unknown_reason is UnknownReason.UNLISTED_WITHIN_TIMEOUT
+        assert finding.hanging_reason is None and candidates(result) == ()
+        previous = result
+    assert dict(result.open_transactions_unknown)[UnknownReason.UNLISTED_WITHIN_TIMEOUT] == 1
+    # Past the leader's own maximum (1 min here) plus the padding, no live transaction can be
+    # open any more: the same transaction is a candidate.
+    short_max = snapshot(
+        producers=[producer(last_ts=NOW - 7 * MIN)],
+        configs=[BrokerConfig(1, transaction_max_timeout_ms=MIN)],
+    )
+    finding = only(run(spark, short_max))
+    assert finding.txn_class is TxnClass.HANGING
+    assert finding.hanging_reason is HangingReason.NO_TRANSACTIONAL_ID
+    # An unlisted transaction that the re-read no longer shows closed between the reads.
+    closed = snapshot(producers=[producer(last_ts=NOW - 2 * MIN)], reread=[])
+    assert run(spark, closed).findings == ()
+    assert by_class(run(spark, closed))[TxnClass.UNKNOWN] == 0
+
+
 def test_reasons_from_a_visible_id_stand_during_a_blind_spot(spark: SparkSession) -> None:
     snap = snapshot(
         producers=[producer()],
@@ -1010,8 +1045,15 @@ def _confirmed(spark: SparkSession) -> CycleResult:
         replace(snapshot(producers=[producer()]), reread_producers=(), reread_partitions=frozenset()),
         # The visibility probe failed.
         snapshot(producers=[producer()], visible=None),
+        # Its topic was left out of the metadata: Kafka refused to describe it (the principal
+        # lost Describe on it), so no DescribeProducers was even sent for it.
+        snapshot(
+            producers=[],
+            partitions=[],
+            errors=[CollectionError("Metadata", "TOPIC_AUTHORIZATION_FAILED", topic="t")],
+        ),
     ],
-    ids=["partition-unread", "coordinator-down", "re-read-failed", "probe-failed"],
+    ids=["partition-unread", "coordinator-down", "re-read-failed", "probe-failed", "topic-refused"],
 )
 def test_a_confirmed_finding_survives_a_cycle_without_evidence(
     spark: SparkSession, evidence_missing: ClusterSnapshot
@@ -1028,6 +1070,43 @@ def test_a_confirmed_finding_survives_a_cycle_without_evidence(
     fourth = run(spark, snapshot(producers=[producer()]), settings, previous=third, now=NOW + 90 * SEC)
     assert only(fourth).txn_class is TxnClass.HANGING
     assert candidates(fourth) == ((("t", 0, PID, 100), 3),)
+
+
+@pytest.mark.parametrize(
+    "reread_error",
+    [
+        CollectionError("DescribeProducers", "REQUEST_TIMED_OUT", broker_id=1, message=REREAD_MESSAGE),
+        CollectionError(
+            "DescribeProducers",
+            "DEADLINE_EXCEEDED",
+            message=f"{REREAD_MESSAGE}: stage reread_producers cut after 4.20 s by the cycle deadline",
+        ),
+    ],
+    ids=["leader-failed", "stage-cut"],
+)
+def test_a_failed_re_read_does_not_keep_a_finding_the_first_read_shows_closed(
+    spark: SparkSession, reread_error: CollectionError
+) -> None:
+    # The hanging transaction on t-0 was aborted. This cycle's first read of t-0 answered (no
+    # open transaction there); another transaction, on t-1 of the same leader, sent a re-read
+    # to that leader, which failed. The failed re-read leaves t-1 unverified, but t-0's first
+    # read stands: the finding is cleared, not kept as "not read".
+    settings = PipelineSettings(hanging_confirm_cycles=2)
+    other = producer("t", 1, pid=7, start=500)
+    closed = replace(
+        snapshot(
+            producers=[producer(start=-1), other],
+            listed_txns=[listed("app", 7)],
+            txns=[described("app", pid=7, parts=(("t", 1),))],
+        ),
+        reread_producers=(),
+        reread_partitions=frozenset(),
+        errors=(reread_error,),
+    )
+    third = run(spark, closed, settings, previous=_confirmed(spark), now=NOW + 60 * SEC)
+    assert [(f.topic, f.partition) for f in third.findings if f.txn_class is TxnClass.HANGING] == []
+    assert candidates(third) == ()
+    assert third.brokers[0].hanging_transactions == 0
 
 
 def test_only_positive_evidence_clears_a_confirmed_finding(spark: SparkSession) -> None:
