@@ -174,7 +174,18 @@ async def _collect(
         for _, coordinator, response in await requests.send_all(refetch):
             for group, topic, partition, offset, error in _offset_rows(response, coordinator, errors):
                 key = (group, topic, partition)
-                if error is None and key in rows:
+                if error is not None and key in rows:
+                    errors.append(
+                        CollectionError(
+                            "OffsetFetch",
+                            error,
+                            broker_id=coordinator,
+                            topic=topic,
+                            partition=partition,
+                            message=f"group {group}: the offset behind its pending transactional commit",
+                        )
+                    )
+                elif error is None and key in rows:
                     old = rows[key]
                     rows[key] = GroupOffset(
                         old.group, old.topic, old.partition, offset, old.coordinator_id, old.group_state, True

@@ -88,6 +88,8 @@ NOT_FOUND_ERRORS = frozenset({"TRANSACTIONAL_ID_NOT_FOUND"})
 ABORT_STATES = ("PrepareAbort", "CompleteAbort")
 #: The API whose failure makes "no coordinator lists this producer id" inconclusive.
 LIST_TRANSACTIONS_API = "ListTransactions"
+#: The APIs of the group collection: a failure may leave groups out of the snapshot.
+GROUP_APIS = frozenset({"ListGroups", "OffsetFetch"})
 
 #: Identity of an open partition-level transaction across cycles.
 KEY = ("topic", "partition", "producer_id", "start_offset")
@@ -262,7 +264,15 @@ def _compute_rows(
             spark, snapshot.group_offsets, snapshot.consumable_checks, mem.groups, handover
         )
         txns = classified if classified is not None else frame_of(spark, Finding, [])
-        family = group_frames(inputs, t["partitions"], txns, groups, now_ms, rules)
+        family = group_frames(
+            inputs,
+            t["partitions"],
+            txns,
+            groups,
+            now_ms,
+            rules,
+            offsets_incomplete=any(e.api in GROUP_APIS for e in snapshot.errors),
+        )
         out["groups"] = (_GroupRow, family.single())
 
     return _collect(st, out)

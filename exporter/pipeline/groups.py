@@ -227,8 +227,12 @@ def group_frames(
     config: GroupsConfig,
     now_ms: int,
     rules: Sequence[AttributionRule] = BUILTIN_RULES,
+    *,
+    offsets_incomplete: bool = False,
 ) -> GroupFrames:
-    """The group family's output DataFrames (no action runs here)."""
+    """The group family's output DataFrames (no action runs here). ``offsets_incomplete``:
+    the cycle's group collection lost a part (a ListGroups or OffsetFetch error), so a group
+    absent from ``inputs.offsets`` may just not have been read."""
     c = F.col
     parts = partitions.select("topic", "partition", "high_watermark", "last_stable_offset")
     txns = open_transactions
@@ -314,7 +318,7 @@ def group_frames(
     )
 
     lso_history = _lso_history(parts, inputs.lso_history)
-    at_lso = _at_lso(by_topic, inputs.at_lso, now_ms)
+    at_lso = _at_lso(by_topic, inputs.at_lso, parts, offsets_incomplete, now_ms)
     blocked_all = _blocked(at_lso, lso_history, txns, config.blocked_after_cycles, now_ms)
     blocked = blocked_all.orderBy(c("blocked_ms").desc(), "group", "topic", "partition").limit(
         config.max_blocked
@@ -387,30 +391,54 @@ def _lso_history(parts: DataFrame, previous: DataFrame) -> DataFrame:
     )
 
 
-def _at_lso(by_topic: DataFrame, previous: DataFrame, now_ms: int) -> DataFrame:
+def _at_lso(
+    by_topic: DataFrame, previous: DataFrame, parts: DataFrame, offsets_incomplete: bool, now_ms: int
+) -> DataFrame:
     """Group partitions whose committed offset is the LSO, with the LSO below the HWM, and
-    since when they have been there (kept from the previous cycle while the LSO is the same)."""
+    since when they have been there (kept from the previous cycle while the LSO is the same).
+
+    A previous row without evidence this cycle is kept as it was: its partition's offsets
+    were not read, or its group's offsets were not (absent while the group collection lost a
+    part: ``offsets_incomplete``). Only evidence (the committed offset or the LSO moved, the
+    group gone from a complete collection) ends it, so one lost cycle does not restart a
+    blocked page's clock."""
     c = F.col
-    prev = previous.select(
-        "group", "topic", "partition", c("last_stable_offset").alias("prev_lso"), "since_ms"
-    )
+    keys = ["group", "topic", "partition"]
+    prev = previous.select(*keys, c("last_stable_offset").alias("prev_lso"), "since_ms")
     at = by_topic.where(c("at_lso").isNotNull()).select(
-        "group",
-        "topic",
-        "partition",
+        *keys,
         c("at_lso").alias("last_stable_offset"),
         c("at_hwm").alias("high_watermark"),
     )
-    return at.join(F.broadcast(prev), ["group", "topic", "partition"], "left").select(
-        "group",
-        "topic",
-        "partition",
+    current = at.join(F.broadcast(prev), keys, "left").select(
+        *keys,
         "last_stable_offset",
         "high_watermark",
         F.when(c("prev_lso") == c("last_stable_offset"), c("since_ms"))
         .otherwise(F.lit(now_ms).cast("long"))
         .alias("since_ms"),
     )
+    offsets = parts.select(
+        "topic",
+        "partition",
+        c("high_watermark").alias("hwm"),
+        ((c("last_stable_offset") < 0) | (c("high_watermark") < 0)).alias("offsets_unread"),
+    )
+    carried = prev.join(at.select(*keys), keys, "left_anti").join(
+        F.broadcast(offsets), ["topic", "partition"], "left"
+    )
+    no_evidence = c("offsets_unread")
+    if offsets_incomplete:
+        read = by_topic.select("group").distinct().select("group", F.lit(True).alias("group_read"))
+        carried = carried.join(F.broadcast(read), "group", "left")
+        no_evidence = no_evidence | c("group_read").isNull()
+    kept = carried.where(no_evidence).select(
+        *keys,
+        c("prev_lso").alias("last_stable_offset"),
+        F.coalesce(c("hwm"), F.lit(-1).cast("long")).alias("high_watermark"),
+        "since_ms",
+    )
+    return current.unionByName(kept)
 
 
 def _blocked(
@@ -506,10 +534,11 @@ def groups_result_from_dicts(by_kind: Mapping[str, Sequence[Mapping[str, Any]]])
                 (
                     GroupSummary(
                         group=r["group"],
-                        coordinator_id=int(r["coordinator_id"]),
+                        # -1: a group kept blocked through a cycle that did not read it
+                        coordinator_id=int(r.get("coordinator_id", -1)),
                         group_state=r.get("group_state") or "",
                         blocked_partitions=int(r["blocked_partitions"]),
-                        unstable_offset_commits=int(r["unstable_offset_commits"]),
+                        unstable_offset_commits=int(r.get("unstable_offset_commits", 0)),
                     )
                     for r in rows("groups")
                 ),
@@ -574,9 +603,18 @@ def compute_groups(
     checks: Sequence[ConsumableCheck] = (),
     carry: GroupsCarry | None = None,
     rules: Sequence[AttributionRule] = BUILTIN_RULES,
+    offsets_incomplete: bool = False,
 ) -> GroupsResult:
     """The whole group family in one Spark action."""
     with Handover(spark) as handover:
         inputs = group_input_frames(spark, offsets, checks, carry, handover)
-        frames = group_frames(inputs, partitions, open_transactions, config, now_ms, rules)
+        frames = group_frames(
+            inputs,
+            partitions,
+            open_transactions,
+            config,
+            now_ms,
+            rules,
+            offsets_incomplete=offsets_incomplete,
+        )
         return groups_result(frames.single().collect())

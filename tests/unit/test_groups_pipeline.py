@@ -174,6 +174,48 @@ def test_an_lso_unread_for_a_cycle_keeps_its_history(spark: SparkSession) -> Non
     assert [h.cycles for h in result.carry.lso_history] == [2]
 
 
+@pytest.mark.parametrize(
+    ("gap", "left_by_a_complete_collection"),
+    [("lso-unread", False), ("group-unread", False), ("group-gone", True)],
+)
+def test_a_blocked_group_keeps_its_since_through_a_cycle_without_evidence(
+    spark: SparkSession, gap: str, left_by_a_complete_collection: bool
+) -> None:
+    # A group blocked behind the transaction at offset 10; in cycle 3 its evidence is missing:
+    # the partition's offsets were not read, or its coordinator's OffsetFetch failed (another
+    # group was read). Kept as it was, the page's clock goes on. A group absent from a
+    # complete collection is gone: that is evidence, and it ends.
+    carry: GroupsCarry | None = None
+    blocked: list[list[tuple[str, int]]] = []
+    for i in range(5):
+        offsets = [offset("reader", 10), offset("other", 3, partition=1)]
+        parts = [(TOPIC, 0, 15, 10), (TOPIC, 1, 5, 5)]
+        incomplete = False
+        if i == 3 and gap == "lso-unread":
+            parts = [(TOPIC, 0, -1, -1), (TOPIC, 1, 5, 5)]
+        if i == 3 and gap.startswith("group"):
+            offsets = [offset("other", 3, partition=1)]
+            incomplete = not left_by_a_complete_collection
+        result = compute_groups(
+            spark,
+            offsets,
+            partitions(spark, parts),
+            transactions(spark, [OPEN_AT_10]),
+            CONFIG,
+            T0 + i * CYCLE_MS,
+            carry=carry,
+            offsets_incomplete=incomplete,
+        )
+        carry = result.carry
+        blocked.append([(b.group, b.blocked_since_ms - T0) for b in result.blocked])
+    assert blocked[2] == [("reader", 0)]
+    if left_by_a_complete_collection:
+        assert blocked[3] == []
+        assert blocked[4] == [("reader", 4 * CYCLE_MS)]  # back: blocked since it came back
+    else:
+        assert blocked[3] == [("reader", 0)] and blocked[4] == [("reader", 0)]
+
+
 def test_caught_up_partition_leaves_the_lso_history(spark: SparkSession) -> None:
     [result] = cycles(spark, [offset("g", 10)], [(TOPIC, 0, 10, 10)], [], 1)
     assert result.carry.lso_history == () and result.carry.at_lso == ()
