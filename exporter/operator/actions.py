@@ -318,8 +318,9 @@ def _unknown_message(classified: Classified, f: Finding) -> str:
     if f.unknown_reason is UnknownReason.UNLISTED_WITHIN_TIMEOUT:
         return (
             f"{what}: no coordinator lists its producer id, but it has been open only "
-            f"{human_duration(f.duration_ms)}, less than its leader's transaction.max.timeout.ms "
-            "plus 5 minutes, so it may be a live transaction whose transactional id the "
+            f"{human_duration(f.duration_ms)}, not known to be more than its leader's "
+            "transaction.max.timeout.ms plus the late padding (pipeline.late_padding, 5 "
+            "minutes by default), so it may be a live transaction whose transactional id the "
             "principal may not see (a DENY rule or a custom authorizer); if no coordinator "
             "owns it, it is hanging once older than that; nothing was aborted"
         )

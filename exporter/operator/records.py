@@ -32,7 +32,10 @@ def rows(columns: Columns, records: Sequence[Mapping[str, Any]]) -> str:
 # --- findings ------------------------------------------------------------------------------------
 
 _REASONS = {
-    "no_transactional_id": "no coordinator lists this producer id",
+    "no_transactional_id": (
+        "no coordinator lists this producer id, and it is older than its leader's "
+        "transaction.max.timeout.ms plus the late padding"
+    ),
     "transactional_id_not_found": "the coordinator does not know the transactional id{txn}",
     "producer_id_changed": "the transactional id{txn} now belongs to another producer id",
     "coordinator_not_open": "the coordinator{txn} has no open transaction (state {state})",
@@ -46,8 +49,9 @@ _UNKNOWN_REASONS = {
         "every transactional id, so its owner may be a live transaction it cannot see"
     ),
     UnknownReason.UNLISTED_WITHIN_TIMEOUT.value: (
-        "no coordinator lists its producer id, but it is younger than its leader's "
-        "transaction.max.timeout.ms plus 5 minutes, so it may be a live transaction whose "
+        "no coordinator lists its producer id, but it is not known to be older than its "
+        "leader's transaction.max.timeout.ms plus the late padding, so it may be a live "
+        "transaction whose "
         "transactional id the principal may not see (a DENY rule or a custom authorizer)"
     ),
     UnknownReason.UNVERIFIED.value: "its partition could not be read again to verify it",

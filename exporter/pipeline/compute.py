@@ -693,11 +693,14 @@ def _classified_columns(
     # see every id, and an age no live transaction reaches: the visibility probe cannot see a
     # DENY rule (or a custom authorizer) that hides some ids only, and a live transaction
     # outlives its leader's transaction.max.timeout.ms plus padding only under two-phase
-    # commit (KIP-939). Younger, it is unknown (unlisted_within_timeout), never a candidate.
+    # commit (KIP-939). The leader's own maximum must be known (read this cycle): clusters
+    # that run Flink raise it well above the default. Otherwise, or younger, it is unknown
+    # (unlisted_within_timeout), never a candidate.
     unlisted = match == _NOT_LISTED
     listing_trusted = visible and not incomplete
+    past_any_timeout = late & c("transaction_max_timeout_ms").isNotNull()
     not_listed_reason = (
-        F.when(late, F.lit(HangingReason.NO_TRANSACTIONAL_ID.value))
+        F.when(past_any_timeout, F.lit(HangingReason.NO_TRANSACTIONAL_ID.value))
         if listing_trusted
         else F.lit(None).cast("string")
     )

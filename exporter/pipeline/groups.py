@@ -399,9 +399,9 @@ def _at_lso(
 
     A previous row without evidence this cycle is kept as it was: its partition's offsets
     were not read, or its group's offsets were not (absent while the group collection lost a
-    part: ``offsets_incomplete``). Only evidence (the committed offset or the LSO moved, the
-    group gone from a complete collection) ends it, so one lost cycle does not restart a
-    blocked page's clock."""
+    part: ``offsets_incomplete``) and the partition's LSO has not moved. Only evidence (the
+    committed offset or the LSO moved, the group gone from a complete collection) ends it,
+    so one lost cycle does not restart a blocked page's clock."""
     c = F.col
     keys = ["group", "topic", "partition"]
     prev = previous.select(*keys, c("last_stable_offset").alias("prev_lso"), "since_ms")
@@ -422,6 +422,7 @@ def _at_lso(
         "topic",
         "partition",
         c("high_watermark").alias("hwm"),
+        c("last_stable_offset").alias("lso"),
         ((c("last_stable_offset") < 0) | (c("high_watermark") < 0)).alias("offsets_unread"),
     )
     carried = prev.join(at.select(*keys), keys, "left_anti").join(
@@ -429,9 +430,11 @@ def _at_lso(
     )
     no_evidence = c("offsets_unread")
     if offsets_incomplete:
+        # The group was not read, but its partition was: kept only while the LSO is where
+        # the group waited (an LSO that moved ends the wait whatever the group did).
         read = by_topic.select("group").distinct().select("group", F.lit(True).alias("group_read"))
         carried = carried.join(F.broadcast(read), "group", "left")
-        no_evidence = no_evidence | c("group_read").isNull()
+        no_evidence = no_evidence | (c("group_read").isNull() & (c("lso") == c("prev_lso")))
     kept = carried.where(no_evidence).select(
         *keys,
         c("prev_lso").alias("last_stable_offset"),

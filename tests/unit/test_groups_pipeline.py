@@ -216,6 +216,28 @@ def test_a_blocked_group_keeps_its_since_through_a_cycle_without_evidence(
         assert blocked[3] == [("reader", 0)] and blocked[4] == [("reader", 0)]
 
 
+def test_an_unread_group_is_no_longer_blocked_once_the_lso_it_waited_at_moves(
+    spark: SparkSession,
+) -> None:
+    carry: GroupsCarry | None = None
+    for i, (reader_read, lso) in enumerate([(True, 10), (True, 10), (True, 10), (False, 12)]):
+        offsets = [offset("other", 3, partition=1)] + ([offset("reader", 10)] if reader_read else [])
+        result = compute_groups(
+            spark,
+            offsets,
+            partitions(spark, [(TOPIC, 0, 15, lso), (TOPIC, 1, 5, 5)]),
+            transactions(spark, [OPEN_AT_10]),
+            CONFIG,
+            T0 + i * CYCLE_MS,
+            carry=carry,
+            offsets_incomplete=not reader_read,
+        )
+        carry = result.carry
+        if i == 2:
+            assert [b.group for b in result.blocked] == ["reader"]
+    assert result.blocked == () and result.carry.at_lso == ()
+
+
 def test_caught_up_partition_leaves_the_lso_history(spark: SparkSession) -> None:
     [result] = cycles(spark, [offset("g", 10)], [(TOPIC, 0, 10, 10)], [], 1)
     assert result.carry.lso_history == () and result.carry.at_lso == ()

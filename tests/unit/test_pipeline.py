@@ -970,6 +970,12 @@ def test_an_unlisted_transaction_is_no_candidate_before_any_live_one_would_have_
     finding = only(run(spark, short_max))
     assert finding.txn_class is TxnClass.HANGING
     assert finding.hanging_reason is HangingReason.NO_TRANSACTIONAL_ID
+    # Without the leader's own maximum (DescribeConfigs not read), no age is enough: clusters
+    # that run Flink raise it far above the default.
+    unread_configs = snapshot(producers=[producer(last_ts=NOW - DAY)], configs=[])
+    finding = only(run(spark, unread_configs))
+    assert finding.txn_class is TxnClass.UNKNOWN
+    assert finding.unknown_reason is UnknownReason.UNLISTED_WITHIN_TIMEOUT
     # An unlisted transaction that the re-read no longer shows closed between the reads.
     closed = snapshot(producers=[producer(last_ts=NOW - 2 * MIN)], reread=[])
     assert run(spark, closed).findings == ()
