@@ -139,16 +139,7 @@ async def _collect(
             if pending:
                 unstable[coordinator][group][topic].append(partition)
             elif error is not None:
-                errors.append(
-                    CollectionError(
-                        "OffsetFetch",
-                        error,
-                        broker_id=coordinator,
-                        topic=topic,
-                        partition=partition,
-                        message=f"group {group}",
-                    )
-                )
+                errors.append(_partition_error(error, coordinator, topic, partition, f"group {group}"))
                 continue
             rows[(group, topic, partition)] = GroupOffset(
                 group=group,
@@ -175,22 +166,23 @@ async def _collect(
             for group, topic, partition, offset, error in _offset_rows(response, coordinator, errors):
                 key = (group, topic, partition)
                 if error is not None and key in rows:
-                    errors.append(
-                        CollectionError(
-                            "OffsetFetch",
-                            error,
-                            broker_id=coordinator,
-                            topic=topic,
-                            partition=partition,
-                            message=f"group {group}: the offset behind its pending transactional commit",
-                        )
-                    )
+                    behind = f"group {group}: the offset behind its pending transactional commit"
+                    errors.append(_partition_error(error, coordinator, topic, partition, behind))
                 elif error is None and key in rows:
                     old = rows[key]
                     rows[key] = GroupOffset(
                         old.group, old.topic, old.partition, offset, old.coordinator_id, old.group_state, True
                     )
     return Collected(tuple(rows[k] for k in sorted(rows)), tuple(errors))
+
+
+def _partition_error(
+    error: str, coordinator: int, topic: str, partition: int, message: str
+) -> CollectionError:
+    """An OffsetFetch error for one partition of one group."""
+    return CollectionError(
+        "OffsetFetch", error, broker_id=coordinator, topic=topic, partition=partition, message=message
+    )
 
 
 async def _list_groups(

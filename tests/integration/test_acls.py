@@ -21,6 +21,7 @@ What must hold:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -255,6 +256,54 @@ def test_each_missing_acl_is_named_or_a_blind_spot_never_a_false_finding(
 # -- least privilege: the owner is invisible --------------------------------------------------
 
 
+@dataclass
+class HiddenOwnerRun:
+    """What the exporter made of another application's live transaction, cycle by cycle
+    (classes, hanging partitions, open transactions unknown as unlisted_within_timeout),
+    and what ``abort --yes`` did to it."""
+
+    cycles: list[tuple[dict[str, float], set[int], float]]
+    visible: list[float]
+    abort_code: int
+    abort_output: str
+    untouched: bool
+
+
+def watch_and_abort_a_hidden_owner(
+    kafka_acl: KafkaCluster,
+    acl_topic: str,
+    daemon_for: DaemonFactory,
+    exporter_properties: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> HiddenOwnerRun:
+    """Open a transaction of the application user (whose id the caller's ACLs hide from the
+    exporter), run the daemon's cycles, then ``abort --yes`` it; aborted in any case."""
+    daemon = daemon_for(acl_topic)
+    # Earlier tests of the module wrote to partition 0: the transaction starts at its end.
+    start_offset, _ = kafka_acl.end_offsets(acl_topic, 0)
+    txn = open_invisible_transaction(kafka_acl, acl_topic, partition=0)
+    try:
+        per_cycle = []
+        for _ in range(CYCLES + 1):
+            registry = cycle(daemon)
+            unlisted = total(
+                registry, "kafka_txn_open_transactions_unknown", reason="unlisted_within_timeout"
+            )
+            per_cycle.append((open_by_class(registry), hanging_partitions(registry, acl_topic), unlisted))
+        visible = [v for _, v in samples(registry, "kafka_txn_exporter_transactional_ids_visible")]
+        before = kafka_acl.end_offsets(acl_topic, 0)
+        code, out, err = cli(
+            capsys, "abort", "--bootstrap-server", kafka_acl.bootstrap_for(SASL_LISTENER),
+            "--command-config", str(exporter_properties), "--topic", acl_topic,
+            "--partition", "0", "--start-offset", str(start_offset), "--yes",
+        )  # fmt: skip
+        untouched = kafka_acl.end_offsets(acl_topic, 0) == before and txn.is_open
+    finally:
+        txn.abort()
+        acls.revoke(kafka_acl, acls.application_acls(acls.user(acls.APP_USER), acl_topic))
+    return HiddenOwnerRun(per_cycle, visible, code, out + err, untouched)
+
+
 @pytest.mark.usefixtures("clean_acls")
 def test_invisible_owner_is_unknown_never_hanging_and_abort_refuses(
     kafka_acl: KafkaCluster,
@@ -269,35 +318,15 @@ def test_invisible_owner_is_unknown_never_hanging_and_abort_refuses(
     least += acls.team_acls(EXPORTER)
     least.append(acls.Acl(EXPORTER, "CLUSTER", acls.CLUSTER_RESOURCE, "CLUSTER_ACTION"))
     acls.grant(kafka_acl, least)
-    daemon = daemon_for(acl_topic)
-    # Earlier tests of the module wrote to partition 0: the transaction starts at its end.
-    start_offset, _ = kafka_acl.end_offsets(acl_topic, 0)
-    txn = open_invisible_transaction(kafka_acl, acl_topic, partition=0)
-    try:
-        per_cycle = []
-        for _ in range(CYCLES + 1):
-            registry = cycle(daemon)
-            per_cycle.append((open_by_class(registry), hanging_partitions(registry, acl_topic)))
-        visible = samples(registry, "kafka_txn_exporter_transactional_ids_visible")
-        before = kafka_acl.end_offsets(acl_topic, 0)
-        code, out, err = cli(
-            capsys, "abort", "--bootstrap-server", kafka_acl.bootstrap_for(SASL_LISTENER),
-            "--command-config", str(exporter_properties), "--topic", acl_topic,
-            "--partition", "0", "--start-offset", str(start_offset), "--yes",
-        )  # fmt: skip
-        after = kafka_acl.end_offsets(acl_topic, 0)
-        still_open = txn.is_open
-    finally:
-        txn.abort()
-        acls.revoke(kafka_acl, acls.application_acls(acls.user(acls.APP_USER), acl_topic))
+    run = watch_and_abort_a_hidden_owner(kafka_acl, acl_topic, daemon_for, exporter_properties, capsys)
 
-    for classes, found in per_cycle:
+    for classes, found, _ in run.cycles:
         assert classes.get("unknown", 0) == 1, classes
         assert all(classes.get(c, 0) == 0 for c in FALSE_FINDING_CLASSES), classes
         assert found == set()
-    assert [v for _, v in visible] == [0]
-    assert code == 3, f"abort did not refuse: {out}\n{err}"
-    assert after == before and still_open
+    assert run.visible == [0]
+    assert run.abort_code == 3, f"abort did not refuse: {run.abort_output}"
+    assert run.untouched
 
 
 @pytest.mark.usefixtures("clean_acls")
@@ -321,38 +350,13 @@ def test_a_deny_rule_the_probe_cannot_see_never_makes_a_live_transaction_hanging
     )  # fmt: skip
     rows.append(acls.Acl(EXPORTER, "CLUSTER", acls.CLUSTER_RESOURCE, "CLUSTER_ACTION"))
     acls.grant(kafka_acl, rows)
-    daemon = daemon_for(acl_topic)
-    start_offset, _ = kafka_acl.end_offsets(acl_topic, 0)
-    txn = open_invisible_transaction(kafka_acl, acl_topic, partition=0)
-    try:
-        per_cycle = []
-        for _ in range(CYCLES + 1):
-            registry = cycle(daemon)
-            per_cycle.append(
-                (
-                    open_by_class(registry),
-                    hanging_partitions(registry, acl_topic),
-                    total(registry, "kafka_txn_open_transactions_unknown", reason="unlisted_within_timeout"),
-                )
-            )
-        visible = samples(registry, "kafka_txn_exporter_transactional_ids_visible")
-        before = kafka_acl.end_offsets(acl_topic, 0)
-        code, out, err = cli(
-            capsys, "abort", "--bootstrap-server", kafka_acl.bootstrap_for(SASL_LISTENER),
-            "--command-config", str(exporter_properties), "--topic", acl_topic,
-            "--partition", "0", "--start-offset", str(start_offset), "--yes",
-        )  # fmt: skip
-        after = kafka_acl.end_offsets(acl_topic, 0)
-        still_open = txn.is_open
-    finally:
-        txn.abort()
-        acls.revoke(kafka_acl, acls.application_acls(acls.user(acls.APP_USER), acl_topic))
+    run = watch_and_abort_a_hidden_owner(kafka_acl, acl_topic, daemon_for, exporter_properties, capsys)
 
-    assert [v for _, v in visible] == [1]  # the probe cannot see the DENY rule
-    for classes, found, unlisted in per_cycle:
+    assert run.visible == [1]  # the probe cannot see the DENY rule
+    for classes, found, unlisted in run.cycles:
         assert all(classes.get(c, 0) == 0 for c in FALSE_FINDING_CLASSES), classes
         assert classes.get("unknown", 0) == 1 and unlisted == 1, classes
         assert found == set()
-    assert code == 3, f"abort did not refuse: {out}\n{err}"
-    assert "a DENY rule or a custom authorizer" in err + out
-    assert after == before and still_open
+    assert run.abort_code == 3, f"abort did not refuse: {run.abort_output}"
+    assert "a DENY rule or a custom authorizer" in run.abort_output
+    assert run.untouched
