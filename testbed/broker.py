@@ -26,7 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from testbed.maven import KafkaDistribution, fetch
@@ -41,6 +41,15 @@ RESERVED_LISTENERS = ("PLAINTEXT", "CONTROLLER")
 STORAGE_TOOL = "kafka.tools.StorageTool"
 BROKER_MAIN = "kafka.Kafka"
 LOG_TAIL_LINES = 60
+#: ListOffsets errors of a partition whose leadership is settling (a broker just restarted).
+_LEADERSHIP_IN_FLUX = frozenset(
+    {
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+    }
+)
 #: KRaft's own authorizer (``authorizer=True``).
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 #: The principal of the test bed's PLAINTEXT and CONTROLLER listeners: a super user when
@@ -846,17 +855,31 @@ class KafkaCluster:
                 raise TimeoutError("__transaction_state has leaderless partitions")
             time.sleep(0.3)
 
-    def end_offsets(self, topic: str, partition: int) -> tuple[int, int]:
-        """``(high watermark, last stable offset)`` of one partition (ListOffsets)."""
+    def end_offsets(self, topic: str, partition: int, timeout_s: float = 20.0) -> tuple[int, int]:
+        """``(high watermark, last stable offset)`` of one partition (ListOffsets).
+
+        A retriable error is asked again until ``timeout_s``: just after a broker restart the
+        client may already know a leader epoch the broker has not applied yet
+        (UNKNOWN_LEADER_EPOCH), or the leader may still be moving back."""
         from confluent_kafka import IsolationLevel
         from confluent_kafka.admin import OffsetSpec
 
         admin = self.admin()
         tp = TopicPartition(topic, partition)
+        deadline = time.monotonic() + timeout_s
         result: list[int] = []
         for isolation in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED):
-            futures = admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=isolation)
-            result.append(int(futures[tp].result(timeout=10).offset))
+            while True:
+                futures = admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=isolation)
+                try:
+                    result.append(int(futures[tp].result(timeout=10).offset))
+                    break
+                except KafkaException as e:
+                    error = e.args[0]
+                    transient = error.retriable() or error.code() in _LEADERSHIP_IN_FLUX
+                    if not transient or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.3)
         return result[0], result[1]
 
     def __iter__(self) -> Iterator[BrokerNode]:
