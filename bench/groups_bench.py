@@ -57,21 +57,38 @@ MAX_PARTITIONS = 1000
 
 
 def _commit_offsets(cluster: KafkaCluster, topic: str, groups: list[str], partitions: int) -> None:
+    """Commit offset 1 on every partition for every group. A commit can fail per partition
+    while its request succeeds (the group coordinator still loading, say): such groups are
+    committed again, so that the benchmark really has ``groups x partitions`` offsets."""
     admin = cluster.admin()
-    for start in range(0, len(groups), 200):
-        futures = [
-            future
-            for group in groups[start : start + 200]
-            for future in admin.alter_consumer_group_offsets(
-                [
-                    ConsumerGroupTopicPartitions(
-                        group, [TopicPartition(topic, p, 1) for p in range(partitions)]
-                    )
-                ]
-            ).values()
-        ]
-        for future in futures:
-            future.result(timeout=60)
+    pending = list(groups)
+    for _ in range(5):
+        failed: list[str] = []
+        for start in range(0, len(pending), 200):
+            futures = {
+                group: future
+                for group in pending[start : start + 200]
+                for future in admin.alter_consumer_group_offsets(
+                    [
+                        ConsumerGroupTopicPartitions(
+                            group, [TopicPartition(topic, p, 1) for p in range(partitions)]
+                        )
+                    ]
+                ).values()
+            }
+            for group, future in futures.items():
+                try:
+                    result = future.result(timeout=60)
+                except Exception:
+                    failed.append(group)
+                    continue
+                if any(tp.error is not None for tp in result.topic_partitions or ()):
+                    failed.append(group)
+        if not failed:
+            return
+        pending = failed
+        time.sleep(1)
+    raise RuntimeError(f"{len(pending)} group(s) could not commit their offsets, e.g. {pending[0]}")
 
 
 def _timed(fn: object, repeats: int) -> tuple[float, float, object]:
