@@ -455,6 +455,8 @@ class CycleResult:
 
     cluster: str
     computed_at_ms: int
+    #: The partitions a series can need: every one with ``lso_lag_series="all"``, else those
+    #: with an LSO lag above 0, an open transaction or unread offsets.
     partitions: tuple[PartitionMetrics, ...] = ()
     brokers: tuple[BrokerMetrics, ...] = ()
     coordinators: tuple[CoordinatorMetrics, ...] = ()

@@ -240,7 +240,7 @@ def _compute_rows(
         )
     if not t.empty("partitions") or classified is not None:
         partitions = _partition_frame(t, classified)
-        out["partitions"] = (PartitionMetrics, partitions)
+        out["partitions"] = (PartitionMetrics, _published_partitions(partitions, settings))
         out["brokers"] = (BrokerMetrics, _broker_frame(t, classified, partitions))
     elif not (t.empty("brokers") and t.empty("broker_configs")):
         out["brokers"] = (BrokerMetrics, _broker_frame(t, None, None))
@@ -259,7 +259,11 @@ def _compute_rows(
             _timeout_abort_frame(spark, t, mem, _transaction_version(snapshot), now_ms),
         )
 
-    if groups is not None and groups.enabled and snapshot.group_offsets:
+    # A cycle that read no group offsets still runs the family while groups were waiting at
+    # an LSO: kept through a lost group collection (their blocked series and page go on), or
+    # ended by a complete one that no longer shows them.
+    waiting = bool(mem.groups.at_lso)
+    if groups is not None and groups.enabled and (snapshot.group_offsets or waiting):
         inputs = group_input_frames(
             spark, snapshot.group_offsets, snapshot.consumable_checks, mem.groups, handover
         )
@@ -536,7 +540,9 @@ def _classified(
             "last_timestamp_ms",
         )
     )
-    leaders = t["partitions"].select("topic", "partition", "leader")
+    leaders = t["partitions"].select(
+        "topic", "partition", "leader", c("last_stable_offset").alias("partition_lso")
+    )
     max_timeouts = t["broker_configs"].select("broker_id", "transaction_max_timeout_ms")
     # Duplicate rows (a producer id listed by two coordinators during a move) are harmless:
     # the window below keeps one row per open transaction.
@@ -768,10 +774,15 @@ def _classified_columns(
         _severity(txn_class).alias("severity"),
         # A candidate (or an unlisted transaction) whose partition, read again after the
         # coordinators, no longer shows it: it closed between the reads (markers written
-        # meanwhile), so it is not open at all.
-        ((reason.isNotNull() | unlisted) & c("reread").isNotNull() & c("verified").isNull()).alias(
-            "closed_meanwhile"
-        ),
+        # meanwhile), so it is not open at all. Nor is any transaction that starts below the
+        # partition's last stable offset (ListOffsets, from the leader): the LSO stops at the
+        # first offset of the oldest open transaction, so it passed this one only once it
+        # closed. That covers a DescribeProducers answer from a lagging replica (Kafka
+        # answers it from any replica's log, and stale metadata can name a former leader).
+        (
+            ((reason.isNotNull() | unlisted) & c("reread").isNotNull() & c("verified").isNull())
+            | F.coalesce(c("partition_lso") > c("start_offset"), F.lit(False))
+        ).alias("closed_meanwhile"),
     ]
 
 
@@ -855,6 +866,22 @@ def _partition_frame(t: Tables, classified: DataFrame | None) -> DataFrame:
         F.max("lso_lag").alias("lso_lag"),
         F.max("duration_ms").alias("max_active_transaction_duration_ms"),
         F.coalesce(F.max("late"), F.lit(0)).alias("has_late"),
+    )
+
+
+def _published_partitions(partitions: DataFrame, settings: PipelineSettings) -> DataFrame:
+    """The partitions a series or a reader of the result needs: those with an LSO lag, an
+    open transaction, or offsets that could not be read. A caught-up partition without an
+    open transaction is left out unless every partition gets a LastStableOffsetLag series
+    (``lso_lag_series: all``): on a large cluster that is most of them, and bringing each back
+    to Python only to drop it cost more than the rest of the table (at 100k partitions,
+    ~0.5 s of a cycle on the driver and in Python). The brokers' aggregates read the whole
+    table, before this cut."""
+    if settings.lso_lag_series == "all":
+        return partitions
+    c = F.col
+    return partitions.where(
+        c("lso_lag").isNull() | (c("lso_lag") > 0) | c("max_active_transaction_duration_ms").isNotNull()
     )
 
 
@@ -967,18 +994,31 @@ def _coordinator_frame(t: Tables, now_ms: int, preparing: DataFrame | None) -> D
 def _preparing_frame(spark: SparkSession, t: Tables, mem: PipelineMemory, seen_at_ms: int) -> DataFrame:
     """Markers pending: every id listed in PrepareCommit/PrepareAbort, since the first cycle
     that listed it in the same state with the same producer id (a new sighting starts at
-    this snapshot's time). A remembered id whose coordinator did not answer ListTransactions
-    this cycle is kept as it was: no evidence either way."""
+    this snapshot's time). The coordinator is no part of the sighting: when
+    ``__transaction_state`` leadership moves, the new coordinator loads the id in the same
+    state and writes the same markers, so the wait goes on. A remembered id whose coordinator
+    did not answer ListTransactions this cycle, and that no coordinator lists now, is kept as
+    it was: no evidence either way."""
     c = F.col
-    key = ["coordinator_id", "transactional_id", "producer_id", "state"]
+    sighting = ["transactional_id", "producer_id", "state"]
     previous = frame_of(spark, PreparingTransaction, mem.preparing)
-    listed = t["listed_transactions"].where(c("state").isin(*PREPARE_STATES)).select(*key).dropDuplicates()
-    current = listed.join(
-        F.broadcast(previous.select(*key, c("since_ms").alias("previous_since_ms"))), key, "left"
-    ).select(*key, F.coalesce(c("previous_since_ms"), F.lit(seen_at_ms).cast("long")).alias("since_ms"))
+    listed = (
+        t["listed_transactions"]
+        .where(c("state").isin(*PREPARE_STATES))
+        .select("coordinator_id", *sighting)
+        .dropDuplicates()
+    )
+    first_seen = previous.groupBy(*sighting).agg(F.min("since_ms").alias("previous_since_ms"))
+    current = listed.join(F.broadcast(first_seen), sighting, "left").select(
+        "coordinator_id",
+        *sighting,
+        F.coalesce(c("previous_since_ms"), F.lit(seen_at_ms).cast("long")).alias("since_ms"),
+    )
     answered = t["coordinators_listed"].select(c("broker_id").alias("coordinator_id"))
-    unanswered = previous.join(F.broadcast(answered), "coordinator_id", "left_anti")
-    return current.unionByName(unanswered.select(*key, "since_ms"))
+    unanswered = previous.join(F.broadcast(answered), "coordinator_id", "left_anti").join(
+        F.broadcast(listed.select(*sighting)), sighting, "left_anti"
+    )
+    return current.unionByName(unanswered.select("coordinator_id", *sighting, "since_ms"))
 
 
 def _coordinator_state_frame(t: Tables) -> DataFrame:

