@@ -19,7 +19,7 @@ one alert, not two.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
@@ -43,6 +43,8 @@ Severity = Literal["critical", "warning"]
 SEVERITIES: tuple[Severity, ...] = ("critical", "warning")
 
 _PROMETHEUS_DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
+#: A duration of zero (0s, 0m, 0h0m): ``keep_firing_for`` is then left out of the rule.
+_ZERO_DURATION = re.compile(r"^(0+(ms|s|m|h|d|w|y))+$")
 _ALERT_NAME = re.compile(r"^[A-Z][A-Za-z0-9]+$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 #: A value the Helm chart fills in (see :func:`helm_rules_template`).
@@ -79,6 +81,12 @@ class Thresholds:
     #: Annotations added to every alert; an alert's own annotations win.
     additional_rule_annotations: Mapping[str, str] = field(default_factory=dict)
 
+    #: KafkaTransactionHanging and KafkaConsumerGroupBlockedByTransaction (the two pages):
+    #: how long they keep firing after their condition is gone. An exporter restart (rolling
+    #: update, liveness restart) forgets its confirmations, so the finding series disappear
+    #: for a cycle or two; without this the page would resolve and page again. Needs
+    #: Prometheus >= 2.42; "0s" leaves the field out (older Prometheus rejects it).
+    keep_firing_for: str = "5m"
     #: KafkaTransactionHanging: the exporter already confirms a finding over
     #: pipeline.hanging_confirm_cycles cycles; 5m more rides out a marker still in flight.
     hanging_for: str = "5m"
@@ -222,6 +230,8 @@ class Alert:
     severity: Severity
     summary: str
     description: str
+    #: ``keep_firing_for`` (Prometheus >= 2.42); "" or a zero duration: not written.
+    keep_firing_for: str = ""
 
     def __post_init__(self) -> None:
         if not _ALERT_NAME.match(self.name):
@@ -230,6 +240,9 @@ class Alert:
             raise ValueError(f"{self.name}: severity {self.severity!r} not in {SEVERITIES}")
         if not (_PROMETHEUS_DURATION.match(self.for_) or _PLACEHOLDER.match(self.for_)):
             raise ValueError(f"{self.name}: for {self.for_!r} is not a Prometheus duration")
+        keep = self.keep_firing_for
+        if keep and not (_PROMETHEUS_DURATION.match(keep) or _PLACEHOLDER.match(keep)):
+            raise ValueError(f"{self.name}: keep_firing_for {keep!r} is not a Prometheus duration")
 
     def to_rule(self, t: Thresholds) -> dict[str, Any]:
         labels = {**t.additional_rule_labels, "severity": self.severity}
@@ -239,13 +252,10 @@ class Alert:
             "description": self.description,
             "runbook_url": f"{t.runbook_url}{self.name}.md",
         }
-        return {
-            "alert": self.name,
-            "expr": self.expr,
-            "for": self.for_,
-            "labels": labels,
-            "annotations": annotations,
-        }
+        rule: dict[str, Any] = {"alert": self.name, "expr": self.expr, "for": self.for_}
+        if self.keep_firing_for and not _ZERO_DURATION.match(self.keep_firing_for):
+            rule["keep_firing_for"] = self.keep_firing_for
+        return {**rule, "labels": labels, "annotations": annotations}
 
 
 TRANSACTIONS = "kafka-transactions"
@@ -255,6 +265,9 @@ EXPORTER = "kafka-txn-exporter"
 
 #: The labels that name one open transaction (with the routing labels and the cluster).
 FINDING_IDENTITY = ("topic", "partition", "producer_id", "start_offset")
+#: The labels that name one blocked consumer group partition (with the routing labels and
+#: the cluster).
+BLOCKED_IDENTITY = ("group", "topic", "partition")
 
 
 #: The transactional id of a finding's details (``.Labels`` of its info sample).
@@ -268,9 +281,6 @@ class _Text:
         self.c = t.cluster_label
         #: The cluster in templates.
         self.cluster = "{{ $labels." + self.c + " }}"
-        self.txn_id = (
-            "{{ if $labels.transactional_id }}'{{ $labels.transactional_id }}'{{ else }}unknown{{ end }}"
-        )
         self.partition = "{{ $labels.topic }}-{{ $labels.partition }}"
         self.find_transaction = "Find it: " + CLI + " list, then " + CLI + " describe --transactional-id ID"
 
@@ -278,15 +288,50 @@ class _Text:
         """``namespace, job, <cluster label>, labels...``: an aggregation's grouping."""
         return ", ".join([ROUTING_LABELS, self.c, *labels])
 
-    def finding_details(self, info: str, details: str, info_matchers: str = "") -> str:
+    def info_details(
+        self,
+        info: str,
+        identity: Sequence[str],
+        details: str,
+        *,
+        info_matchers: str = "",
+        prefer: str = "",
+        absent: str = "",
+    ) -> str:
         """A template: ``details`` (a template over ``.Labels``) for the current sample of the
-        ``info`` series of this alert's transaction, or nothing when it has none."""
-        matchers = ",".join(f"{label}=%q" for label in (self.c, *FINDING_IDENTITY))
+        ``info`` series with this alert's cluster and ``identity`` labels, or ``absent`` when
+        there is none.
+
+        The alert itself never carries the info series' labels: they can change while the
+        problem lasts, and a changed label set is a new alert (the page resolves and fires
+        again). Read here, at notification time, they only change the text. One sample is
+        used even when several targets (exporter replicas) publish different ones; with
+        ``prefer`` (matchers), one that matches them if any does.
+        """
+        matchers = ",".join(f"{label}=%q" for label in (self.c, *identity))
         if info_matchers:
             matchers += "," + info_matchers.strip("{}")
-        arguments = " ".join(f"$labels.{label}" for label in (self.c, *FINDING_IDENTITY))
+        arguments = " ".join(f"$labels.{label}" for label in (self.c, *identity))
         selector = f"topk(1, {info}{{{matchers}}})"
-        return "{{ range query (printf `" + selector + "` " + arguments + ") }}" + details + "{{ end }}"
+        if prefer:
+            preferred = f"topk(1, {info}{{{matchers},{prefer.strip('{}')}}})"
+            selector = f"{preferred} or on () {selector}"
+            arguments = f"{arguments} {arguments}"
+        otherwise = "{{ else }}" + absent if absent else ""
+        return (
+            "{{ range query (printf `"
+            + selector
+            + "` "
+            + arguments
+            + ") }}"
+            + details
+            + otherwise
+            + "{{ end }}"
+        )
+
+    def finding_details(self, info: str, details: str, info_matchers: str = "") -> str:
+        """:meth:`info_details` of this alert's transaction (:data:`FINDING_IDENTITY`)."""
+        return self.info_details(info, FINDING_IDENTITY, details, info_matchers=info_matchers)
 
     def max_by(self, expr: str, *labels: str) -> str:
         return f"max by ({self.by(*labels)}) ({expr})"
@@ -319,6 +364,7 @@ def _hanging(t: Thresholds, x: _Text) -> Alert:
         group=TRANSACTIONS,
         severity="critical",
         for_=t.hanging_for,
+        keep_firing_for=t.keep_firing_for,
         expr=x.finding_or_broker_count(m.HANGING_TRANSACTION_INFO, m.HANGING_TRANSACTIONS),
         summary=(
             "{{ if $labels.topic }}Hanging transaction on " + x.partition + "{{ else }}"
@@ -571,21 +617,31 @@ def _transactional_ids_growing(t: Thresholds, x: _Text) -> Alert:
 
 
 def _consumer_blocked(t: Thresholds, x: _Text) -> Alert:
-    key = x.by("group", "topic", "partition")
-    details = "transactional_id, producer_id, start_offset, application"
-    seconds = f"max by ({key}) ({m.CONSUMER_GROUP_BLOCKED_SECONDS})"
-    info = f"max by ({key}, {details}) ({m.CONSUMER_GROUP_BLOCKED_INFO})"
+    """One alert per blocked group partition. The transaction that blocks it (transactional
+    id, producer id, start offset, application) is read into the description when it is sent,
+    not joined into the alert's labels: those labels change between cycles (a partial cycle
+    publishes no transactional id), which would resolve the page and fire it again, and two
+    targets of one cluster whose details disagree would make the join fail (many-to-many)."""
+    transaction = x.info_details(
+        m.CONSUMER_GROUP_BLOCKED_INFO,
+        BLOCKED_IDENTITY,
+        "producer id {{ if .Labels.producer_id }}{{ .Labels.producer_id }}{{ else }}unknown{{ end }}"
+        " (transactional id "
+        + _DETAIL_TXN_ID
+        + "{{ if .Labels.application }}, application {{ .Labels.application }}{{ end }}) "
+        "starting at offset {{ if .Labels.start_offset }}{{ .Labels.start_offset }}"
+        "{{ else }}unknown{{ end }}",
+        prefer='{transactional_id!=""}',
+        absent="producer id unknown (transactional id unknown) starting at offset unknown",
+    )
     return Alert(
         name="KafkaConsumerGroupBlockedByTransaction",
         group=CONSUMERS,
         severity="critical",
         for_=t.consumer_blocked_for,
+        keep_firing_for=t.keep_firing_for,
         expr=(
-            f"({seconds} > {t.consumer_blocked_seconds})\n"
-            f"* on ({key}) group_left ({details})\n"
-            f"{info}\n"
-            f"or on ({key})\n"
-            f"({seconds} > {t.consumer_blocked_seconds})"
+            x.max_by(m.CONSUMER_GROUP_BLOCKED_SECONDS, *BLOCKED_IDENTITY) + f" > {t.consumer_blocked_seconds}"
         ),
         summary="Consumer group {{ $labels.group }} is blocked on "
         + x.partition
@@ -599,12 +655,7 @@ def _consumer_blocked(t: Thresholds, x: _Text) -> Alert:
             + " (cluster "
             + x.cluster
             + ") and have waited {{ $value | humanizeDuration }} behind the "
-            "open transaction of producer id {{ if $labels.producer_id }}"
-            "{{ $labels.producer_id }}{{ else }}unknown{{ end }} (transactional id "
-            + x.txn_id
-            + "{{ if $labels.application }}, application {{ $labels.application }}{{ end }}) "
-            "starting at offset {{ if $labels.start_offset }}{{ $labels.start_offset }}"
-            "{{ else }}unknown{{ end }}. If it is hanging: " + CLI + " find-hanging --topic "
+            "open transaction of " + transaction + ". If it is hanging: " + CLI + " find-hanging --topic "
             "{{ $labels.topic }} --partition {{ $labels.partition }}, then "
             + CLI
             + " abort (or force-terminate --transactional-id ID for a two-phase-commit "

@@ -10,7 +10,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -296,6 +296,65 @@ def test_a_finding_alert_is_the_transaction_not_its_leader_or_reason() -> None:
     assert by_name["KafkaTransactionHanging"]["labels"]["severity"] == "critical"
 
 
+def test_a_blocked_alert_is_the_group_partition_not_its_transaction() -> None:
+    """The blocking transaction's details change between cycles (a partial cycle publishes no
+    transactional id) and differ between two targets of one cluster: as labels they made a new
+    alert (the page resolved and fired again) or a many-to-many join error. They are read
+    into the description instead."""
+    blocked = next(r for r in rules() if r["alert"] == "KafkaConsumerGroupBlockedByTransaction")
+    grouping = blocked["expr"].split("max by (", 1)[1].split(")", 1)[0]
+    assert [g.strip() for g in grouping.split(",")] == [
+        "namespace",
+        "job",
+        "kafka_cluster",
+        "group",
+        "topic",
+        "partition",
+    ]
+    assert "group_left" not in blocked["expr"]
+    assert "kafka_txn_consumer_group_blocked_info" not in blocked["expr"]
+    description = blocked["annotations"]["description"]
+    assert "query (printf `topk(1, kafka_txn_consumer_group_blocked_info{" in description
+    for label in ("transactional_id", "producer_id", "start_offset", "application"):
+        assert f".Labels.{label}" in description, label
+        assert f"$labels.{label}" not in description, label
+    assert "producer id unknown (transactional id unknown) starting at offset unknown" in description
+
+
+def test_only_the_two_pages_keep_firing_for() -> None:
+    kept = {rule["alert"]: rule.get("keep_firing_for") for rule in rules() if "keep_firing_for" in rule}
+    assert kept == {
+        "KafkaTransactionHanging": Thresholds().keep_firing_for,
+        "KafkaConsumerGroupBlockedByTransaction": Thresholds().keep_firing_for,
+    }
+    assert Thresholds().keep_firing_for == "5m"
+    for rule in rules():
+        # Prometheus' own order: alert, expr, for, keep_firing_for, labels, annotations.
+        assert list(rule)[:3] == ["alert", "expr", "for"], rule["alert"]
+
+
+@pytest.mark.parametrize("zero", ["0s", "0m", "0h0m"])
+def test_a_zero_keep_firing_for_leaves_the_field_out_for_older_prometheus(zero: str, tmp_path: Path) -> None:
+    document = rules_document(thresholds_from_mapping({"keep_firing_for": zero}))
+    assert all("keep_firing_for" not in r for g in document["groups"] for r in g["rules"])
+    output = tmp_path / "rules.yml"
+    output.write_text(yaml.safe_dump(document), encoding="utf-8")
+    result = run([tool("promtool"), "check", "rules", str(output)])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_for_set_short_as_the_e2e_tests_do_shortens_keep_firing_for_too() -> None:
+    """tests/e2e/stack.py's short_thresholds sets every field ending in _for."""
+    short = thresholds_from_mapping({f.name: "2s" for f in fields(Thresholds) if f.name.endswith("_for")})
+    kept = [
+        r["keep_firing_for"]
+        for g in rules_document(short)["groups"]
+        for r in g["rules"]
+        if "keep_firing_for" in r
+    ]
+    assert kept == ["2s", "2s"]
+
+
 def test_rule_expressions_use_catalogued_metrics_and_labels() -> None:
     catalogue = all_series()
     routing = {"namespace", "job", "instance"}
@@ -365,9 +424,11 @@ def test_tuned_thresholds_generate_valid_rules(tmp_path: Path) -> None:
 
 def test_invalid_thresholds_are_all_reported() -> None:
     with pytest.raises(ThresholdsError) as raised:
-        thresholds_from_mapping({"hanging_for": "5 minutes", "data_stale_seconds": -1})
-    assert "hanging_for" in str(raised.value)
-    assert "data_stale_seconds" in str(raised.value)
+        thresholds_from_mapping(
+            {"hanging_for": "5 minutes", "data_stale_seconds": -1, "keep_firing_for": "-5m"}
+        )
+    for problem in ("hanging_for", "data_stale_seconds", "keep_firing_for"):
+        assert problem in str(raised.value)
     with pytest.raises(ThresholdsError, match=r"valid: .*late_for"):
         thresholds_from_mapping({"hanging_fro": "5m"})
     with pytest.raises(ThresholdsError) as raised:
