@@ -289,6 +289,9 @@ class Config:
     allow_literal_secrets: bool = False
     #: The transaction history (docs/history.md); None: off.
     history: HistoryConfig | None = None
+    #: Where each cluster's pipeline memory is kept across restarts (confirmations, markers
+    #: pending and blocked-consumer clocks); None: in the process only.
+    state_dir: str | None = None
     #: Transactional id -> application rules (docs/groups.md), the built-ins by default.
     attribution: tuple[AttributionRule, ...] = BUILTIN_RULES
 
@@ -595,6 +598,7 @@ CONFIG = Section(
         Key("cluster_label", "cluster_label", Text(check=_label_problem)),
         Key("allow_literal_secrets", "allow_literal_secrets", Flag()),
         Key("history", "history", Parsed(_parse_history, frozenset({"object"}))),
+        Key("state_dir", "state_dir", Text()),
         Key("attribution", "attribution", Parsed(parse_attribution, frozenset({"array"}))),
     ),
     check=_check_config,

@@ -28,6 +28,7 @@ from exporter.config import Config, WebConfig
 from exporter.daemon.cycle import ClusterJob, CycleListener
 from exporter.daemon.http import MetricsServer
 from exporter.daemon.listen import ListenError, listen_error_text
+from exporter.daemon.memory_store import MemoryStore
 from exporter.daemon.pipeline import PipelineRunner
 from exporter.daemon.web import WebSettings, load_web_config
 from exporter.metrics.collector import ExporterMetrics, TransactionHealthCollector
@@ -79,8 +80,13 @@ class Daemon:
             ClusterJob.build(c, self.pipeline, self.store, self.metrics, self._listeners)
             for c in config.clusters
         ]
+        #: The clusters' memory across restarts (``state_dir``); raises ConfigError when the
+        #: directory cannot be written.
+        self.memory_store = MemoryStore(config.state_dir) if config.state_dir else None
         for job in self.jobs:
             job.attribution = config.attribution
+            if self.memory_store is not None:
+                job.restore_memory(self.memory_store)
         self._scheduler: Any = None
         self._server: MetricsServer | None = None
         #: TLS and basic auth of the endpoints (web.config_file, checked at start-up).
@@ -231,10 +237,15 @@ class Daemon:
         self.jobs = [
             ClusterJob.build(c, self.pipeline, store, self.metrics, self._listeners) for c in config.clusters
         ]
+        if config.state_dir != old.state_dir:
+            log.warning("reload: state_dir changed; restart the exporter to apply it")
+            config = replace(config, state_dir=old.state_dir)
         for job in self.jobs:  # a kept cluster keeps its confirmations and watched transactions
             job.attribution = config.attribution
             if job.cluster.name in kept:
                 job.memory = kept[job.cluster.name].memory
+            if self.memory_store is not None:
+                job.restore_memory(self.memory_store)
         if self._scheduler is not None:
             for job in self.jobs:
                 self._scheduler.add_job(

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from exporter.config import ClusterConfig
 from exporter.daemon import heap
+from exporter.daemon.memory_store import MemoryStore, max_age_ms
 from exporter.daemon.pipeline import PipelineRunner, PipelineTimeoutError, PipelineUnavailableError
 from exporter.groups_config import BUILTIN_RULES, AttributionRule
 from exporter.kafka.admin import ClusterAdmin
@@ -54,6 +55,17 @@ class ClusterJob:
         self.memory: PipelineMemory | None = None
         #: Transactional id -> application rules (config ``attribution``).
         self.attribution: tuple[AttributionRule, ...] = BUILTIN_RULES
+        #: Where the memory outlives the process (config ``state_dir``); None: nowhere.
+        self.memory_store: MemoryStore | None = None
+
+    def restore_memory(self, store: MemoryStore) -> None:
+        """Keep the memory in ``store`` from now on, going on from what a previous process
+        saved there when it is recent enough (see :mod:`exporter.daemon.memory_store`)."""
+        self.memory_store = store
+        if self.memory is None:
+            self.memory = store.load(
+                self.cluster.name, int(self._clock() * 1000), max_age_ms(self.cluster.interval_ms)
+            )
 
     @classmethod
     def build(
@@ -166,6 +178,8 @@ class ClusterJob:
         if self._stopping.is_set():
             return  # a cycle cut short by stop() publishes nothing and remembers nothing
         self.memory = result.memory
+        if self.memory_store is not None:
+            self.memory_store.save(name, result.memory, int(self._clock() * 1000))
         for listener in self._listeners:
             try:
                 listener(snapshot, result)

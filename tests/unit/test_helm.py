@@ -399,6 +399,14 @@ def test_tuned_values_render_the_same_rules_as_the_thresholds_file(helm: str) ->
         assert 'kafka_name=~\\"$kafka_name\\"' in text
 
 
+def test_keep_firing_for_0s_leaves_the_field_out_of_the_prometheus_rule(helm: str) -> None:
+    """For a Prometheus older than 2.42, which rejects the field: as alerts.generate does."""
+    docs = render(helm, sets=["prometheusRule.enabled=true", "rules.thresholds.keep_firing_for=0s"])
+    groups = one(docs, "PrometheusRule")["spec"]["groups"]
+    assert groups == rules_document(chart_thresholds({"keep_firing_for": "0s"}))["groups"]
+    assert all("keep_firing_for" not in r for g in groups for r in g["rules"])
+
+
 @pytest.mark.parametrize(
     ("sets", "expected"),
     [
@@ -634,6 +642,144 @@ def test_sidecar_example_includes_the_same_container(helm: str, example_chart: P
 def test_sidecar_example_lints(helm: str, example_chart: Path) -> None:
     result = run_helm(helm, "lint", "--strict", example_chart)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ---- the state directory (config state_dir: the pipeline memory across restarts)
+
+STATE_DIR = "/var/lib/kafka-txn-exporter/state"
+HISTORY_CLAIM = f"{FULLNAME}-history"
+
+
+def state_volume(docs: list[Manifest]) -> tuple[Manifest, Manifest]:
+    """The mount at the config's state_dir in the exporter container, and its volume."""
+    state_dir = rendered_config(docs)["state_dir"]
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    mounts = mounts_by_path(exporter_container(pod))
+    assert state_dir in mounts, f"nothing mounted at state_dir {state_dir}: {sorted(mounts)}"
+    return mounts[state_dir], volumes_by_name(pod)[mounts[state_dir]["name"]]
+
+
+def test_state_dir_defaults_to_an_emptydir_mounted_where_the_config_points(helm: str, tmp_path: Path) -> None:
+    docs = render(helm)
+    assert rendered_config(docs)["state_dir"] == STATE_DIR
+    mount, volume = state_volume(docs)
+    assert volume["emptyDir"] == {"sizeLimit": "16Mi"}
+    assert not mount.get("readOnly", False) and "subPath" not in mount
+    validate_with_fake_secrets(rendered_config(docs), tmp_path)
+
+
+def test_state_dir_is_a_writable_mount_on_the_read_only_root(
+    standalone: list[Manifest], pod_spec: Manifest
+) -> None:
+    assert exporter_container(pod_spec)["securityContext"]["readOnlyRootFilesystem"] is True
+    mount, volume = state_volume(standalone)
+    assert "emptyDir" in volume
+    assert not mount.get("readOnly", False)
+
+
+def test_state_dir_path_moves_the_mount_and_the_config_together(helm: str) -> None:
+    docs = render(helm, sets=["stateDir.path=/state", "stateDir.sizeLimit=", "stateDir.medium=Memory"])
+    assert rendered_config(docs)["state_dir"] == "/state"
+    _, volume = state_volume(docs)
+    assert volume["emptyDir"] == {"medium": "Memory"}
+
+
+def test_state_dir_persistence_mounts_the_existing_claim(helm: str, tmp_path: Path) -> None:
+    docs = render(
+        helm,
+        sets=["stateDir.persistence.enabled=true", "stateDir.persistence.existingClaim=kte-state"],
+    )
+    mount, volume = state_volume(docs)
+    assert volume == {"name": "kte-state", "persistentVolumeClaim": {"claimName": "kte-state"}}
+    assert "subPath" not in mount
+    # The claim is the user's: the chart creates none for the state.
+    assert not objects(docs, "PersistentVolumeClaim")
+    validate_with_fake_secrets(rendered_config(docs), tmp_path)
+
+
+def test_state_dir_on_the_history_claim_reuses_its_volume_with_a_sub_path(helm: str) -> None:
+    docs = render(
+        helm,
+        sets=[
+            "history.enabled=true",
+            "stateDir.persistence.enabled=true",
+            f"stateDir.persistence.existingClaim={HISTORY_CLAIM}",
+            "stateDir.persistence.subPath=state",
+        ],
+    )
+    mount, volume = state_volume(docs)
+    assert mount == {"name": "kte-history", "mountPath": STATE_DIR, "subPath": "state"}
+    assert volume["persistentVolumeClaim"] == {"claimName": HISTORY_CLAIM}
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v]
+    assert claims == [HISTORY_CLAIM], "one volume for the one claim"
+    assert [c["metadata"]["name"] for c in objects(docs, "PersistentVolumeClaim")] == [HISTORY_CLAIM]
+
+
+def test_state_dir_off_renders_no_state_dir(helm: str, tmp_path: Path) -> None:
+    docs = render(helm, sets=["stateDir.enabled=false"])
+    assert "state_dir" not in rendered_config(docs)
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert STATE_DIR not in mounts_by_path(exporter_container(pod))
+    assert "kte-state" not in volumes_by_name(pod)
+    validate_with_fake_secrets(rendered_config(docs), tmp_path)
+
+
+def test_state_dir_off_accepts_a_state_dir_on_an_extra_volume(helm: str) -> None:
+    docs = render(
+        helm,
+        sets=[
+            "stateDir.enabled=false",
+            "config.state_dir=/data/state",
+            "extraVolumes[0].name=data",
+            "extraVolumes[0].persistentVolumeClaim.claimName=data",
+            "extraVolumeMounts[0].name=data",
+            "extraVolumeMounts[0].mountPath=/data",
+        ],
+    )
+    assert rendered_config(docs)["state_dir"] == "/data/state"
+
+
+def test_sidecar_container_gets_the_state_volume_where_the_config_points(
+    helm: str, example_chart: Path, sidecar: list[Manifest]
+) -> None:
+    assert rendered_config(sidecar)["state_dir"] == STATE_DIR
+    example = render(helm, chart=example_chart)
+    parent_pod = one(example, "Deployment")["spec"]["template"]["spec"]
+    mount = mounts_by_path(exporter_container(parent_pod))[rendered_config(example)["state_dir"]]
+    assert "emptyDir" in volumes_by_name(parent_pod)[mount["name"]]
+
+
+@pytest.mark.parametrize(
+    ("sets", "expected"),
+    [
+        (["stateDir.persistence.enabled=true"], ["stateDir.persistence.existingClaim is required"]),
+        (
+            [
+                "history.enabled=true",
+                "stateDir.persistence.enabled=true",
+                f"stateDir.persistence.existingClaim={HISTORY_CLAIM}",
+            ],
+            ["is the history claim", "stateDir.persistence.subPath"],
+        ),
+        (["config.state_dir=/elsewhere"], ["config.state_dir", "/elsewhere", "stateDir.path"]),
+        (
+            ["stateDir.enabled=false", "config.state_dir=/elsewhere"],
+            ["config.state_dir", "/elsewhere", "not on a mounted volume"],
+        ),
+        (["stateDir.path=relative"], ["/stateDir/path"]),
+    ],
+    ids=["claim-missing", "history-claim-root", "config-elsewhere", "off-unmounted", "relative-path"],
+)
+def test_state_dir_values_that_would_crash_the_exporter_fail_with_a_message(
+    helm: str, sets: list[str], expected: list[str]
+) -> None:
+    args: list[str | Path] = []
+    for s in sets:
+        args += ["--set", s]
+    stderr = render_error(helm, *args)
+    for text in expected:
+        assert text in stderr, f"{text!r} not in:\n{stderr}"
 
 
 # ---- rejected values

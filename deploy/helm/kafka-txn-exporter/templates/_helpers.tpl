@@ -74,7 +74,8 @@ app.kubernetes.io/component: exporter
 
 {{/*
 The exporter's config file: .Values.config with the values the pod layout dictates
-(web.listen_address from .Values.port, spark.local_dir on the scratch emptyDir), after checks
+(web.listen_address from .Values.port, spark.local_dir on the scratch emptyDir, state_dir on the
+stateDir volume), after checks
 that keep secrets out of values and kafka_files pointing at mounted files.
 */}}
 {{- define "kafka-txn-exporter.configYaml" -}}
@@ -97,6 +98,7 @@ that keep secrets out of values and kafka_files pointing at mounted files.
 {{- $spark = merge $spark (include "kafka-txn-exporter.sparkConfigOverlay" . | fromYaml) -}}
 {{- $_ := set $cfg "spark" $spark -}}
 {{- include "kafka-txn-exporter.historyConfig" (dict "root" . "config" $cfg) -}}
+{{- include "kafka-txn-exporter.stateConfig" (dict "root" . "config" $cfg) -}}
 {{- include "kafka-txn-exporter.checkSecrets" (dict "root" . "config" $cfg) -}}
 {{- toYaml $cfg -}}
 {{- end -}}
@@ -218,6 +220,9 @@ initialDelaySeconds: {{ . }}
     - name: kte-spark-local
       mountPath: {{ include "kafka-txn-exporter.sparkLocalDir" . }}
     {{- include "kafka-txn-exporter.historyVolumeMounts" . | nindent 4 }}
+    {{- with include "kafka-txn-exporter.stateVolumeMounts" . | trim }}
+    {{- . | nindent 4 }}
+    {{- end }}
     {{- range $i, $s := .Values.kafkaSecrets }}
     - name: {{ include "kafka-txn-exporter.secretVolumeName" (dict "index" $i "secretName" $s.secretName) }}
       mountPath: {{ include "kafka-txn-exporter.secretMountPath" $s }}
@@ -253,6 +258,7 @@ initialDelaySeconds: {{ . }}
   emptyDir:
     {{- include "kafka-txn-exporter.emptyDir" (dict "medium" .Values.scratch.medium "sizeLimit" .Values.scratch.sparkLocalSizeLimit) | nindent 4 }}
 {{- include "kafka-txn-exporter.historyVolumes" . }}
+{{- include "kafka-txn-exporter.stateVolumes" . }}
 {{- range $i, $s := .Values.kafkaSecrets }}
 - name: {{ include "kafka-txn-exporter.secretVolumeName" (dict "index" $i "secretName" $s.secretName) }}
   secret:
@@ -344,6 +350,10 @@ placeholder has no value.
 {{- $rule := deepCopy . -}}
 {{- $_ := set $rule "labels" (merge (dict) (.labels | default dict) ($r.additionalRuleLabels | default dict)) -}}
 {{- $_ := set $rule "annotations" (merge (dict) (.annotations | default dict) ($r.additionalRuleAnnotations | default dict)) -}}
+{{- /* keep_firing_for "0s": left out, as alerts/rules.py does (Prometheus < 2.42 rejects it). */ -}}
+{{- if regexMatch "^(0+(ms|s|m|h|d|w|y))+$" (toString (get $rule "keep_firing_for")) -}}
+{{- $_ := unset $rule "keep_firing_for" -}}
+{{- end -}}
 {{- $kept = append $kept $rule -}}
 {{- end -}}
 {{- end -}}
