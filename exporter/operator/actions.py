@@ -33,6 +33,7 @@ from exporter.model import (
     OPEN_COORDINATOR_STATES,
     TWO_PHASE_COMMIT_TIMEOUT_MS,
     Finding,
+    HangingReason,
     PartitionOffsets,
     ProducerState,
     TransactionDescription,
@@ -160,7 +161,7 @@ def abort(admin: ClusterAdmin, spark: SparkSession, target: Target, request: Abo
     producer = find_open_transaction(producers_of(admin, request.topic, request.partition, leader), request)
     classified = classify(target, spark, partitions=[(request.topic, request.partition)])
     aborting = AbortTarget(request.topic, request.partition, leader, producer)
-    finding = _judge(classified, aborting)
+    finding = _judge(classified, aborting, owner_checked=request.owner_checked)
     offsets = _offsets(classified, request.topic, request.partition)
     plan = _abort_plan(aborting, finding, offsets)
     if not request.yes:
@@ -281,8 +282,16 @@ def coordinator_owner(
     return None
 
 
-def _judge(classified: Classified, target: AbortTarget) -> Finding:
-    """The pipeline's verdict on the target; Refused unless it is hanging."""
+def _judge(classified: Classified, target: AbortTarget, *, owner_checked: bool = False) -> Finding:
+    """The pipeline's verdict on the target; Refused unless it is hanging.
+
+    One hanging transaction is refused all the same (CannotVerify, exit 3) unless the
+    operator says the owner was checked: one that no coordinator lists
+    (``no_transactional_id``) on a leader that accepts two-phase-commit transactions. Being
+    late is what makes an unlisted transaction hanging, and a prepared 2PC transaction
+    (KIP-939) is never late: under a transactional id the principal may not see (a DENY
+    rule the visibility probe cannot see), it looks exactly like that, and aborting it
+    breaks the atomic commit with the external system it is prepared for."""
     key = (target.topic, target.partition, target.producer.producer_id, target.start_offset)
     still_open = [
         p
@@ -298,10 +307,36 @@ def _judge(classified: Classified, target: AbortTarget) -> Finding:
         f for f in classified.result.findings if (f.topic, f.partition, f.producer_id, f.start_offset) == key
     ]
     if findings and findings[0].txn_class is TxnClass.HANGING:
-        return findings[0]
+        hanging = findings[0]
+        if (
+            hanging.hanging_reason is HangingReason.NO_TRANSACTIONAL_ID
+            and not owner_checked
+            and _two_phase_commit_leader(classified, hanging.broker_id)
+        ):
+            raise CannotVerify(
+                f"refusing to abort the transaction of producer id {hanging.producer_id} at "
+                f"offset {hanging.start_offset} on {hanging.topic}-{hanging.partition}: no "
+                f"coordinator lists its producer id and it has been open "
+                f"{human_duration(hanging.duration_ms)}, but its leader (broker "
+                f"{hanging.broker_id}) accepts two-phase-commit transactions "
+                "(transaction.two.phase.commit.enable), which are never late: it may be a "
+                "prepared transaction under a transactional id the principal may not see (a "
+                "DENY rule or a custom authorizer). Check the 2PC applications of this topic "
+                "(their transactional ids, kafka-transactions.sh describe with a principal "
+                "that sees them), then run again with --owner-checked; nothing was aborted"
+            )
+        return hanging
     if findings and findings[0].txn_class is TxnClass.UNKNOWN:
         raise CannotVerify(_unknown_message(classified, findings[0]))
     raise Refused(_owned_message(classified, target, findings[0] if findings else None))
+
+
+def _two_phase_commit_leader(classified: Classified, broker_id: int) -> bool:
+    """Whether the broker accepts 2PC transactions; True when its configs were not read."""
+    for config in classified.snapshot.broker_configs:
+        if config.broker_id == broker_id:
+            return config.two_phase_commit_enabled
+    return True
 
 
 def _unknown_message(classified: Classified, f: Finding) -> str:

@@ -328,7 +328,8 @@ def _add_abort(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "coordinator owns it (both checked again right before the write). A dry run "
         "unless --yes. After the abort, waits for the partition's last stable offset to "
         "move past the transaction. Refused with exit 3 when the transaction's owner "
-        "may be invisible to the principal.",
+        "may be invisible to the principal, and when no coordinator lists it on a leader "
+        "that accepts two-phase-commit transactions (unless --owner-checked).",
         lambda a: AbortRequest(
             topic=a.topic,
             partition=a.partition,
@@ -338,8 +339,17 @@ def _add_abort(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             coordinator_epoch=a.coordinator_epoch,
             yes=a.yes,
             output=a.output,
+            owner_checked=a.owner_checked,
         ),
         _abort,
+    )
+    p.add_argument(
+        "--owner-checked",
+        dest="owner_checked",
+        action="store_true",
+        help="abort a transaction no coordinator lists even though its leader accepts "
+        "two-phase-commit transactions: you checked that no 2PC application owns it under "
+        "a transactional id this principal cannot see",
     )
     p.add_argument("--topic", required=True)
     p.add_argument("--partition", required=True, type=_non_negative)

@@ -75,6 +75,9 @@ class AbortRequest:
     coordinator_epoch: int | None = None
     yes: bool = False
     output: str = "table"
+    #: The operator checked that no 2PC application owns it under an id the principal
+    #: cannot see (``--owner-checked``).
+    owner_checked: bool = False
 
     def __post_init__(self) -> None:
         if self.start_offset is None and self.producer_id is None:

@@ -6,6 +6,7 @@ tests/integration/test_cli.py.)"""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 import pytest
@@ -15,10 +16,12 @@ from exporter.kafka.admin import ClusterAdmin, ClusterMetadata, Collected
 from exporter.kafka.probe import Permission, PermissionCheck
 from exporter.model import (
     Broker,
+    BrokerConfig,
     ClusterSnapshot,
     CollectionError,
     CycleResult,
     Finding,
+    HangingReason,
     ListedTransaction,
     ProducerState,
     StartTimeSource,
@@ -163,6 +166,33 @@ def test_abort_refuses_with_exit_3_an_unlisted_transaction_a_live_one_could_stil
     assert "no coordinator lists its producer id, but it has been open only 2h" in message
     assert "a DENY rule or a custom authorizer" in message
     assert "nothing was aborted" in message
+
+
+def _unlisted_hanging(two_phase_commit: bool | None) -> Classified:
+    f = replace(finding(TxnClass.HANGING), hanging_reason=HangingReason.NO_TRANSACTIONAL_ID, late=True)
+    configs = [] if two_phase_commit is None else [BrokerConfig(1, two_phase_commit_enabled=two_phase_commit)]
+    snapshot = ClusterSnapshot(
+        cluster="c", taken_at_ms=0, producers=(producer(),), broker_configs=tuple(configs)
+    )
+    return Classified(snapshot, CycleResult(cluster="c", computed_at_ms=0, findings=(f,)), 7_200_500)
+
+
+@pytest.mark.parametrize("two_phase_commit", [True, None], ids=["2pc-enabled", "configs-unread"])
+def test_abort_refuses_with_exit_3_an_unlisted_transaction_a_prepared_2pc_one_could_be(
+    two_phase_commit: bool | None,
+) -> None:
+    """A prepared 2PC transaction (KIP-939) is never late, so under an id the principal may
+    not see it looks hanging once old; the operator must say the owner was checked."""
+    with pytest.raises(actions.CannotVerify) as info:
+        actions._judge(_unlisted_hanging(two_phase_commit), target())
+    message = str(info.value)
+    assert "its leader (broker 1) accepts two-phase-commit transactions" in message
+    assert "--owner-checked; nothing was aborted" in message
+    assert actions._judge(_unlisted_hanging(two_phase_commit), target(), owner_checked=True).hanging
+
+
+def test_abort_accepts_an_unlisted_hanging_transaction_where_2pc_is_off() -> None:
+    assert actions._judge(_unlisted_hanging(False), target()).hanging
 
 
 def test_abort_accepts_only_hanging() -> None:
