@@ -410,8 +410,10 @@ def _consumers() -> Section:
                         f"max by ({BLOCKED_KEY}) "
                         f"({m.CONSUMER_GROUP_BLOCKED_SECONDS}{{{group_selector}}})\n"
                         f"* on ({BLOCKED_KEY}) group_left ({BLOCKED_DETAILS})\n"
-                        f"max by ({BLOCKED_KEY}, {BLOCKED_DETAILS}) "
-                        f"({m.CONSUMER_GROUP_BLOCKED_INFO}{{{group_selector}}})",
+                        # One details series per partition even when two exporter replicas
+                        # publish different ones (a many-to-many match would fail the query).
+                        f"topk by ({BLOCKED_KEY}) (1, max by ({BLOCKED_KEY}, {BLOCKED_DETAILS}) "
+                        f"({m.CONSUMER_GROUP_BLOCKED_INFO}{{{group_selector}}}))",
                         table=True,
                     ),
                 ),
