@@ -41,7 +41,7 @@ from typing import TypeVar
 
 from exporter.groups_config import GroupsConfig
 from exporter.kafka.admin import ClusterAdmin, ClusterMetadata
-from exporter.kafka.errors import DEADLINE_EXCEEDED, KafkaRequestError, KafkaUnavailable
+from exporter.kafka.errors import DEADLINE_EXCEEDED, KafkaRequestError, KafkaUnavailable, is_retriable
 from exporter.kafka.groups import (
     collect_consumable_checks,
     collect_group_offsets,
@@ -557,7 +557,11 @@ class SnapshotCollector:
             return Collected(())
         for row in fetched.rows:
             self._timestamps[(row.topic, row.partition, row.offset)] = row.timestamp_ms
-        failed_partitions = {(e.topic, e.partition) for e in fetched.errors if e.partition >= 0}
+        # A retriable error (a leader move, a timeout) is tried again next cycle; only an
+        # answer that the batch cannot be read stops asking for it.
+        failed_partitions = {
+            (e.topic, e.partition) for e in fetched.errors if e.partition >= 0 and not is_retriable(e.error)
+        }
         self._unreadable.update(
             k for keys in plan.values() for k in keys if (k[0], k[1]) in failed_partitions
         )
