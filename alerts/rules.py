@@ -732,16 +732,27 @@ def _data_stale(t: Thresholds, x: _Text) -> Alert:
         group=EXPORTER,
         severity="warning",
         for_=t.data_stale_for,
-        expr=x.max_by(m.EXPORTER_SNAPSHOT_AGE) + f" > {t.data_stale_seconds}",
+        # The threshold is the larger of data_stale_seconds and three of the cluster's own
+        # collection intervals: a cluster collected every 10 minutes has a 10-minute-old
+        # snapshot before every cycle, and that is not stale. An exporter that does not
+        # publish its interval gets the fixed threshold.
+        expr=(
+            x.max_by(m.EXPORTER_SNAPSHOT_AGE)
+            + f"\n> on ({x.by()})\n"
+            + x.max_by(f"clamp_min(3 * {m.EXPORTER_COLLECTION_INTERVAL}, {t.data_stale_seconds})")
+            + "\nor\n"
+            + x.max_by(m.EXPORTER_SNAPSHOT_AGE)
+            + f" > {t.data_stale_seconds}\nunless on ({x.by()}) {m.EXPORTER_COLLECTION_INTERVAL}"
+        ),
         summary="kafka-txn-exporter data for cluster "
         + x.cluster
         + " is {{ $value | humanizeDuration }} old",
         description=(
             "The snapshot kafka-txn-exporter serves for cluster " + x.cluster + " is "
-            "{{ $value | humanizeDuration }} old (threshold "
-            f"{t.data_stale_seconds}s): collection cycles are not completing. Every "
-            "transaction alert for this cluster works on old data. Check the cycle and "
-            "stage durations on the exporter dashboard and the exporter log."
+            "{{ $value | humanizeDuration }} old (threshold: the larger of "
+            f"{t.data_stale_seconds}s and three collection intervals): collection cycles are "
+            "not completing. Every transaction alert for this cluster works on old data. "
+            "Check the cycle and stage durations on the exporter dashboard and the exporter log."
         ),
     )
 

@@ -63,7 +63,10 @@ class Daemon:
         self.store = StateStore(names)
         self.metrics = ExporterMetrics(self.registry, names, config.cluster_label)
         self._collector = TransactionHealthCollector(
-            self.store, config.pipeline, cluster_label=config.cluster_label
+            self.store,
+            config.pipeline,
+            cluster_label=config.cluster_label,
+            intervals_ms={c.name: c.interval_ms for c in config.clusters},
         )
         self.registry.register(self._collector)
         self.pipeline = pipeline or PipelineRunner(config.spark, config.pipeline)
@@ -229,7 +232,10 @@ class Daemon:
         self.metrics.add_clusters(names)
         self.registry.unregister(self._collector)
         self._collector = TransactionHealthCollector(
-            store, config.pipeline, cluster_label=config.cluster_label
+            store,
+            config.pipeline,
+            cluster_label=config.cluster_label,
+            intervals_ms={c.name: c.interval_ms for c in config.clusters},
         )
         self.registry.register(self._collector)
         self.pipeline.settings = config.pipeline

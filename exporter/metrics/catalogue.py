@@ -96,6 +96,7 @@ CONSUMER_GROUP_UNSTABLE_OFFSET_COMMITS = "kafka_txn_consumer_group_unstable_offs
 EXPORTER_UP = "kafka_txn_exporter_up"
 EXPORTER_LAST_SUCCESS_TIMESTAMP = "kafka_txn_exporter_last_success_timestamp_seconds"
 EXPORTER_SNAPSHOT_AGE = "kafka_txn_exporter_snapshot_age_seconds"
+EXPORTER_COLLECTION_INTERVAL = "kafka_txn_exporter_collection_interval_seconds"
 EXPORTER_CYCLE_DURATION = "kafka_txn_exporter_cycle_duration_seconds"
 EXPORTER_STAGE_DURATION = "kafka_txn_exporter_stage_duration_seconds"
 EXPORTER_CYCLES = "kafka_txn_exporter_cycles_total"
@@ -155,6 +156,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(EXPORTER_UP, "gauge"),
     Family(EXPORTER_LAST_SUCCESS_TIMESTAMP, "gauge"),
     Family(EXPORTER_SNAPSHOT_AGE, "gauge"),
+    Family(EXPORTER_COLLECTION_INTERVAL, "gauge"),
     Family(EXPORTER_CYCLE_DURATION, "histogram"),
     Family(EXPORTER_STAGE_DURATION, "gauge", ("stage",)),
     Family(EXPORTER_CYCLES, "counter", ("result",)),

@@ -9,7 +9,7 @@ does not trigger a collection.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -91,11 +91,14 @@ class TransactionHealthCollector(Collector):
         settings: PipelineSettings,
         clock: Callable[[], float] = time.time,
         cluster_label: str = DEFAULT_CLUSTER_LABEL,
+        intervals_ms: Mapping[str, int] | None = None,
     ) -> None:
         self._label = cluster_label
         self._store = store
         self._settings = settings
         self._clock = clock
+        #: Each cluster's collection interval (config), for the staleness alert's threshold.
+        self._intervals_ms = dict(intervals_ms or {})
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -130,6 +133,11 @@ class TransactionHealthCollector(Collector):
             "Age of the snapshot the Kafka-derived metrics come from.",
             labels=[self._label],
         )
+        interval = GaugeMetricFamily(
+            f"{PREFIX}_exporter_collection_interval_seconds",
+            "The cluster's configured collection interval (a snapshot is expected this often).",
+            labels=[self._label],
+        )
         stage = GaugeMetricFamily(
             f"{PREFIX}_exporter_stage_duration_seconds",
             "Duration of each stage of the last cycle (metadata, configs, "
@@ -162,9 +170,11 @@ class TransactionHealthCollector(Collector):
                 last.add_metric([s.cluster], s.last_success_at_ms / 1000)
             if s.snapshot_taken_at_ms:
                 age.add_metric([s.cluster], max(0.0, now - s.snapshot_taken_at_ms / 1000))
+            if s.cluster in self._intervals_ms:
+                interval.add_metric([s.cluster], self._intervals_ms[s.cluster] / 1000)
             for name, seconds in s.stage_seconds:
                 stage.add_metric([s.cluster, name], seconds)
-        yield from (up, last, age, stage, visible, version)
+        yield from (up, last, age, interval, stage, visible, version)
 
     def _partition_families(self, states: list[ClusterState]) -> Iterator[Metric]:
         duration = GaugeMetricFamily(

@@ -93,7 +93,11 @@ def render(
     ExporterMetrics(registry, ["prod", "idle"], label)
     registry.register(
         TransactionHealthCollector(
-            store, PipelineSettings(lso_lag_series=mode), clock=lambda: NOW, cluster_label=label
+            store,
+            PipelineSettings(lso_lag_series=mode),
+            clock=lambda: NOW,
+            cluster_label=label,
+            intervals_ms={"prod": 30_000, "idle": 600_000},
         )
     )
     return registry
@@ -153,6 +157,10 @@ def test_exporter_self_metrics() -> None:
     assert r.get_sample_value("kafka_txn_exporter_up", {"kafka_cluster": "idle"}) == 0
     assert r.get_sample_value("kafka_txn_exporter_snapshot_age_seconds", {"kafka_cluster": "prod"}) == 5
     assert r.get_sample_value("kafka_txn_exporter_snapshot_age_seconds", {"kafka_cluster": "idle"}) is None
+    # Each cluster's configured interval, before its first cycle too (the staleness threshold).
+    interval = "kafka_txn_exporter_collection_interval_seconds"
+    assert r.get_sample_value(interval, {"kafka_cluster": "prod"}) == 30
+    assert r.get_sample_value(interval, {"kafka_cluster": "idle"}) == 600
     assert (
         r.get_sample_value("kafka_txn_exporter_last_success_timestamp_seconds", {"kafka_cluster": "prod"})
         == NOW
