@@ -5,7 +5,8 @@
 #
 #   docker build -t kafka-txn-exporter:0.1.0 .
 #   docker run --read-only --tmpfs /tmp --tmpfs /home/exporter \
-#     --tmpfs /var/lib/kafka-txn-exporter/spark -p 9851:9851 \
+#     --tmpfs /var/lib/kafka-txn-exporter/spark -v kte-state:/var/lib/kafka-txn-exporter/state \
+#     -p 9851:9851 \
 #     -v "$PWD/config.yml:/etc/kafka-txn-exporter/config.yml:ro" kafka-txn-exporter:0.1.0
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
@@ -39,11 +40,13 @@ RUN set -eux; \
 #   /tmp                               JVM and PySpark temporary files
 #   /home/exporter                     HOME and working directory (Ivy cache, spark-warehouse)
 #   /var/lib/kafka-txn-exporter/spark  spark.local_dir (SPARK_LOCAL_DIRS)
+#   /var/lib/kafka-txn-exporter/state  state_dir: each cluster's pipeline memory across restarts
 RUN set -eux; \
     groupadd --system --gid "${GID}" exporter; \
     useradd --system --uid "${UID}" --gid "${GID}" --home-dir /home/exporter \
         --no-create-home --shell /usr/sbin/nologin exporter; \
-    install -d -m 0770 -o "${UID}" -g "${GID}" /home/exporter /var/lib/kafka-txn-exporter/spark; \
+    install -d -m 0770 -o "${UID}" -g "${GID}" /home/exporter \
+        /var/lib/kafka-txn-exporter/spark /var/lib/kafka-txn-exporter/state; \
     install -d -m 0755 /etc/kafka-txn-exporter
 
 ENV JAVA_HOME=/usr/lib/jvm/java-17 \
