@@ -445,3 +445,51 @@ def test_start_time_of_every_hanging_transaction_comes_from_its_batch(
         )
         assert age is not None
         assert abs(age - (time.time() * 1000 - txn.timestamp_ms) / 1000) < 120
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["state-dir", "no-state-dir"])
+def test_a_restarted_daemon_keeps_a_confirmed_hanging_transaction_hanging_with_a_state_dir(
+    kafka: KafkaCluster,
+    topic: str,
+    hanging: HangingFactory,
+    spark: SparkSession,
+    tmp_path: Path,
+    kept: bool,
+) -> None:
+    """Two-cycle confirmation, as the daemon runs by default. With ``state_dir`` the new
+    process goes on from its predecessor's confirmation: the finding is hanging on its first
+    cycle, and the page never loses its series. Without it, the confirmation starts over."""
+    hanging(topic, partition=0, backdate_ms=LATE_BACKDATE_MS)
+    raw: dict[str, object] = {
+        "web": {"listen_address": "127.0.0.1:0"},
+        "clusters": [
+            {
+                "name": "test",
+                "bootstrap_servers": kafka.bootstrap_servers,
+                "interval": "2s",
+                "request_timeout": "1500ms",
+                "topics": {"allow": [topic]},
+            }
+        ],
+    }
+    if kept:
+        raw["state_dir"] = str(tmp_path / "state")
+    config = parse_config(raw, env={})
+    assert config.pipeline.hanging_confirm_cycles == 2
+
+    def run(cycles: int) -> list[int]:
+        """A new daemon process (as far as memory goes): its hanging series per cycle."""
+        daemon = Daemon(
+            config,
+            registry=CollectorRegistry(),
+            pipeline=PipelineRunner(config.spark, config.pipeline, session=spark),
+        )
+        try:
+            return [
+                len([s for s in hanging_series(cycle(daemon)) if s["topic"] == topic]) for _ in range(cycles)
+            ]
+        finally:
+            daemon.stop()
+
+    assert run(2) == [0, 1]  # suspected, then confirmed
+    assert run(1) == ([1] if kept else [0])
