@@ -402,6 +402,18 @@ class WatchedTransaction:
 
 
 @dataclass(frozen=True, slots=True)
+class CoordinatorOpenSince:
+    """The start time of a coordinator's oldest open transaction (two-phase-commit ones
+    apart), remembered so that a cycle that could not read the coordinator (it did not answer
+    ListTransactions, or its DescribeTransactions failed) keeps its open-time gauges ageing
+    instead of dropping them or reading 0. None: no such open transaction."""
+
+    coordinator_id: int
+    open_since_ms: int | None
+    two_phase_since_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class PreparingTransaction:
     """A transactional id its coordinator lists in PrepareCommit or PrepareAbort (markers
     being written), with the snapshot time of the first cycle that listed it so. Neither
@@ -440,6 +452,8 @@ class PipelineMemory:
     timeout_aborts_total: tuple[CoordinatorCount, ...] = ()
     #: Ids listed in PrepareCommit/PrepareAbort, with since when (markers pending).
     preparing: tuple[PreparingTransaction, ...] = ()
+    #: Each coordinator's oldest open transaction start, for a cycle that cannot read it.
+    coordinator_open: tuple[CoordinatorOpenSince, ...] = ()
     #: What the consumer-group family carries to the next cycle (LSO history, blocked since).
     groups: GroupsCarry = field(default_factory=lambda: GroupsCarry())  # noqa: PLW0108 - declared below
 

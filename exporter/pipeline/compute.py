@@ -49,6 +49,7 @@ from exporter.model import (
     ClusterSnapshot,
     CoordinatorCount,
     CoordinatorMetrics,
+    CoordinatorOpenSince,
     CoordinatorStateCount,
     CoordinatorTimeoutAbort,
     CycleResult,
@@ -248,9 +249,16 @@ def _compute_rows(
     if mem.preparing or any(x.state in PREPARE_STATES for x in snapshot.listed_transactions):
         preparing = _preparing_frame(spark, t, mem, snapshot.taken_at_ms)
         out["preparing"] = (PreparingTransaction, preparing)
-    if snapshot.coordinators_listed or snapshot.transactions or snapshot.listed_transactions:
-        out["coordinators"] = (CoordinatorMetrics, _coordinator_frame(t, now_ms, preparing))
+    if (
+        snapshot.coordinators_listed
+        or snapshot.transactions
+        or snapshot.listed_transactions
+        or mem.coordinator_open
+    ):
+        open_since = _coordinator_open_frame(spark, t, mem, _unread_coordinators(snapshot))
+        out["coordinators"] = (CoordinatorMetrics, _coordinator_frame(t, now_ms, preparing, open_since))
         out["coordinator_states"] = (CoordinatorStateCount, _coordinator_state_frame(t))
+        out["coordinator_open"] = (CoordinatorOpenSince, open_since)
     if any(d.state == "Ongoing" for d in snapshot.transactions):
         out["watched"] = (WatchedTransaction, _watched_frame(t, snapshot.taken_at_ms))
     if mem.watched and not t.empty("transactions"):
@@ -471,6 +479,16 @@ def _assemble(
             sorted(
                 records_of(PreparingTransaction, rows.get("preparing", [])),
                 key=lambda p: (p.coordinator_id, p.transactional_id),
+            )
+        ),
+        coordinator_open=tuple(
+            sorted(
+                (
+                    o
+                    for o in records_of(CoordinatorOpenSince, rows.get("coordinator_open", []))
+                    if o.open_since_ms is not None or o.two_phase_since_ms is not None
+                ),
+                key=lambda o: o.coordinator_id,
             )
         ),
     )
@@ -953,24 +971,67 @@ def _described_ok(t: Tables) -> DataFrame:
     return t["transactions"].where(F.col("error").isNull())
 
 
-def _coordinator_frame(t: Tables, now_ms: int, preparing: DataFrame | None) -> DataFrame:
-    """Every coordinator that answered ListTransactions (or appears in a result), zero-filled.
-    The open-time gauge leaves two-phase-commit transactions out: they get their own."""
+def _unread_coordinators(snapshot: ClusterSnapshot) -> tuple[int, ...] | None:
+    """Coordinators whose transactions this cycle could not read: not answering
+    ListTransactions, or with a DescribeTransactions error. None: every one (a describe stage
+    cut by the deadline, or an error no broker is named for)."""
+    failed = {e.broker_id for e in snapshot.errors if e.api == "DescribeTransactions"}
+    if -1 in failed:
+        return None
+    known = {b.broker_id for b in snapshot.brokers}
+    return tuple(sorted((known - set(snapshot.coordinators_listed)) | failed))
+
+
+def _coordinator_open_frame(
+    spark: SparkSession, t: Tables, mem: PipelineMemory, unread: tuple[int, ...] | None
+) -> DataFrame:
+    """Each coordinator's oldest open transaction start (:class:`CoordinatorOpenSince`):
+    this cycle's, and for a coordinator this cycle could not read (``unread``; None: all)
+    the remembered one too, while it is still a known broker."""
     c = F.col
-    open_age = F.greatest(F.lit(0), F.lit(now_ms) - c("start_time_ms"))
-    is_open = c("state").isin(*OPEN_COORDINATOR_STATES) & (c("start_time_ms") >= 0)
     is_2pc = c("timeout_ms") == TWO_PHASE_COMMIT_TIMEOUT_MS
+    current = (
+        _described_ok(t)
+        .where(c("state").isin(*OPEN_COORDINATOR_STATES) & (c("start_time_ms") >= 0))
+        .select(
+            "coordinator_id",
+            F.when(~is_2pc, c("start_time_ms")).alias("open_since_ms"),
+            F.when(is_2pc, c("start_time_ms")).alias("two_phase_since_ms"),
+        )
+    )
+    if mem.coordinator_open:
+        known = F.broadcast(t["brokers"].select(c("broker_id").alias("coordinator_id")))
+        carried = frame_of(spark, CoordinatorOpenSince, mem.coordinator_open).join(
+            known, "coordinator_id", "left_semi"
+        )
+        if unread is not None:
+            carried = carried.where(c("coordinator_id").isin(*unread)) if unread else carried.limit(0)
+        current = current.unionByName(carried)
+    return current.groupBy("coordinator_id").agg(
+        F.min("open_since_ms").alias("open_since_ms"), F.min("two_phase_since_ms").alias("two_phase_since_ms")
+    )
+
+
+def _coordinator_frame(
+    t: Tables, now_ms: int, preparing: DataFrame | None, open_since: DataFrame
+) -> DataFrame:
+    """Every coordinator that answered ListTransactions (or appears in a result, or is kept
+    from the previous cycle while unread), zero-filled. The open-time gauge leaves
+    two-phase-commit transactions out: they get their own."""
+    c = F.col
+
+    def age(since: str) -> Column:
+        return F.greatest(F.lit(0), F.lit(now_ms) - c(since))
+
     union = (
         t["coordinators_listed"]
         .select(c("broker_id").alias("coordinator_id"))
         .unionByName(t["listed_transactions"].select("coordinator_id"))
         .unionByName(
-            _described_ok(t)
-            .where(is_open)
-            .select(
+            open_since.select(
                 "coordinator_id",
-                F.when(~is_2pc, open_age).alias("open_age"),
-                F.when(is_2pc, open_age).alias("two_phase_age"),
+                age("open_since_ms").alias("open_age"),
+                age("two_phase_since_ms").alias("two_phase_age"),
             ),
             allowMissingColumns=True,
         )

@@ -20,6 +20,7 @@ from exporter.metrics.state import StateStore
 from exporter.model import (
     ClusterSnapshot,
     CoordinatorCount,
+    CoordinatorOpenSince,
     CycleResult,
     Finding,
     GroupAtLso,
@@ -63,6 +64,7 @@ MEMORY = PipelineMemory(
     watched=(WatchedTransaction("t-1", 1, 9, 0, NOW + MIN, NOW),),
     timeout_aborts_total=(CoordinatorCount(1, 5),),
     preparing=(PreparingTransaction(2, "t-2", 10, "PrepareCommit", NOW - 3 * MIN),),
+    coordinator_open=(CoordinatorOpenSince(1, NOW - 20 * MIN, None),),
     groups=GroupsCarry(
         lso_history=(LsoHistory("orders", 3, 120, 6),),
         at_lso=(GroupAtLso("billing", "orders", 3, 120, NOW - 8 * MIN),),
@@ -80,6 +82,7 @@ def test_a_saved_memory_comes_back_whole_but_the_counts_since_the_process_starte
         candidates=MEMORY.candidates,
         watched=MEMORY.watched,
         preparing=MEMORY.preparing,
+        coordinator_open=MEMORY.coordinator_open,
         groups=MEMORY.groups,
     )
     assert store.load("other", NOW, max_age_ms(30_000)) is None

@@ -802,6 +802,66 @@ def test_coordinator_open_time_and_state_counts(spark: SparkSession) -> None:
     assert states[3] == dict.fromkeys(COORDINATOR_STATES, 0)
 
 
+def _open_times(result: CycleResult) -> dict[int, tuple[int, int]]:
+    return {
+        c.coordinator_id: (c.active_transaction_open_time_max_ms, c.two_phase_commit_open_time_max_ms)
+        for c in result.coordinators
+    }
+
+
+@pytest.mark.parametrize(
+    "lost",
+    [
+        CollectionError(api="ListTransactions", error="REQUEST_TIMED_OUT", broker_id=1),
+        CollectionError(api="DescribeTransactions", error="COORDINATOR_LOAD_IN_PROGRESS", broker_id=1),
+        CollectionError(api="DescribeTransactions", error="DEADLINE_EXCEEDED"),
+    ],
+    ids=["listing-unanswered", "describe-failed", "describe-stage-cut"],
+)
+def test_a_coordinator_that_could_not_be_read_keeps_its_open_time_ageing(
+    spark: SparkSession, lost: CollectionError
+) -> None:
+    """The coordinator in trouble is the one whose open-time warning must not resolve: a
+    cycle without its answer keeps the remembered oldest start, ageing, instead of dropping
+    the series or reading 0. The next cycle that reads it tells the truth again."""
+    snap = snapshot(
+        brokers=(1, 2),
+        coordinators_listed=(1, 2),
+        listed_txns=[listed("slow", 1, "Ongoing", 1), listed("twopc", 2, "Ongoing", 2)],
+        txns=[
+            described("slow", pid=1, start=NOW - 20 * MIN, coord=1),
+            described("twopc", pid=2, start=NOW - 30 * MIN, coord=2, timeout=TWO_PHASE_COMMIT_TIMEOUT_MS),
+        ],
+    )
+    first = run(spark, snap)
+    assert _open_times(first) == {1: (20 * MIN, 0), 2: (0, 30 * MIN)}
+    later = NOW + 2 * MIN
+    if lost.api == "ListTransactions":
+        blind = replace(
+            snap,
+            coordinators_listed=(2,),
+            listed_transactions=snap.listed_transactions[1:],
+            transactions=snap.transactions[1:],
+        )
+    elif lost.broker_id == 1:
+        failed = replace(snap.transactions[0], error="COORDINATOR_LOAD_IN_PROGRESS", start_time_ms=-1)
+        blind = replace(snap, transactions=(failed, snap.transactions[1]))
+    else:
+        blind = replace(snap, transactions=())
+    kept = run(spark, replace(blind, errors=(lost,), taken_at_ms=later), previous=first, now=later)
+    assert _open_times(kept) == {1: (22 * MIN, 0), 2: (0, 32 * MIN)}
+    # Read again, with the slow transaction completed: 0, and nothing left to carry for it.
+    done = replace(
+        snap,
+        listed_transactions=snap.listed_transactions[1:],
+        transactions=snap.transactions[1:],
+        taken_at_ms=later + MIN,
+    )
+    read = run(spark, done, previous=kept, now=later + MIN)
+    assert _open_times(read) == {1: (0, 0), 2: (0, 33 * MIN)}
+    assert [o.coordinator_id for o in read.memory.coordinator_open] == [2]
+
+
 # --- KIP-588 timeout aborts ------------------------------------------------------------------
 
 
