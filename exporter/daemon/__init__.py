@@ -216,6 +216,9 @@ class Daemon:
                 old.spark.redacted_connect_url or old.spark.master,
             )
             config = replace(config, spark=old.spark)
+        if config.state_dir != old.state_dir:
+            log.warning("reload: state_dir changed; restart the exporter to apply it")
+            config = replace(config, state_dir=old.state_dir)
         if self._scheduler is not None:
             for job in self.jobs:
                 self._scheduler.remove_job(job.cluster.name)
@@ -243,9 +246,6 @@ class Daemon:
         self.jobs = [
             ClusterJob.build(c, self.pipeline, store, self.metrics, self._listeners) for c in config.clusters
         ]
-        if config.state_dir != old.state_dir:
-            log.warning("reload: state_dir changed; restart the exporter to apply it")
-            config = replace(config, state_dir=old.state_dir)
         for job in self.jobs:  # a kept cluster keeps its confirmations and watched transactions
             job.attribution = config.attribution
             if job.cluster.name in kept:

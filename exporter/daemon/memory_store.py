@@ -94,19 +94,19 @@ class MemoryStore:
         it is older than ``max_age`` ms, or it cannot be read (logged)."""
         target = self.path(cluster)
         try:
-            text = target.read_text(encoding="utf-8")
+            text = target.read_bytes()
         except FileNotFoundError:
             return None
         except OSError as e:
             log.warning("cluster %s: pipeline memory in %s not read: %s", cluster, target, e.strerror or e)
             return None
         try:
-            document = json.loads(text)
+            document = json.loads(text.decode("utf-8"))
             if document.get("version") != FORMAT_VERSION or document.get("cluster") != cluster:
                 raise ValueError(f"version {document.get('version')!r}, cluster {document.get('cluster')!r}")
             saved_at = int(document["saved_at_ms"])
             memory: PipelineMemory = _decode(PipelineMemory, document["memory"])
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
+        except Exception as e:  # whatever the file holds, the daemon starts (without it)
             log.warning("cluster %s: pipeline memory in %s ignored: unreadable (%s)", cluster, target, e)
             return None
         age = now_ms - saved_at

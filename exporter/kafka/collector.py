@@ -159,6 +159,10 @@ class _Stages:
         return result
 
 
+#: Cycles a start batch's fetch is tried when it fails with a retriable error.
+FETCH_ATTEMPTS = 3
+
+
 class SnapshotCollector:
     """Builds a :class:`ClusterSnapshot` per call. Keeps only the batch-timestamp cache."""
 
@@ -187,6 +191,9 @@ class SnapshotCollector:
         #: Start offsets whose batch could not be read (e.g. OFFSET_OUT_OF_RANGE once retention
         #: passed it): tried once, reported once, then left to the LastTimestamp fallback.
         self._unreadable: set[tuple[str, int, int]] = set()
+        #: Retriable failures so far of a start batch's fetch (a leader move, a timeout): it
+        #: is asked for again, :data:`FETCH_ATTEMPTS` times at most, then left unreadable.
+        self._fetch_failures: dict[tuple[str, int, int], int] = {}
         self._pool = ThreadPoolExecutor(max_workers=STAGE_WORKERS, thread_name_prefix=f"collect-{cluster}")
 
     def close(self) -> None:
@@ -530,6 +537,7 @@ class SnapshotCollector:
         }
         self._timestamps = {k: v for k, v in self._timestamps.items() if k in open_keys}
         self._unreadable &= set(open_keys)
+        self._fetch_failures = {k: n for k, n in self._fetch_failures.items() if k in open_keys}
         missing: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
         if not self._read_batch_timestamps:
             return missing
@@ -557,14 +565,14 @@ class SnapshotCollector:
             return Collected(())
         for row in fetched.rows:
             self._timestamps[(row.topic, row.partition, row.offset)] = row.timestamp_ms
-        # A retriable error (a leader move, a timeout) is tried again next cycle; only an
-        # answer that the batch cannot be read stops asking for it.
-        failed_partitions = {
-            (e.topic, e.partition) for e in fetched.errors if e.partition >= 0 and not is_retriable(e.error)
-        }
-        self._unreadable.update(
-            k for keys in plan.values() for k in keys if (k[0], k[1]) in failed_partitions
-        )
+        # A retriable error (a leader move, a timeout) is tried again next cycle, a few times;
+        # an answer that the batch cannot be read stops asking for it at once.
+        errors = {(e.topic, e.partition): e.error for e in fetched.errors if e.partition >= 0}
+        for key in (k for keys in plan.values() for k in keys if (k[0], k[1]) in errors):
+            failures = self._fetch_failures.get(key, 0) + 1
+            self._fetch_failures[key] = failures
+            if not is_retriable(errors[(key[0], key[1])]) or failures >= FETCH_ATTEMPTS:
+                self._unreadable.add(key)
         return Collected(
             tuple(BatchTimestamp(t, p, o, ts) for (t, p, o), ts in sorted(self._timestamps.items())),
             fetched.errors,

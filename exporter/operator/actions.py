@@ -287,7 +287,7 @@ def _judge(classified: Classified, target: AbortTarget, *, owner_checked: bool =
 
     One hanging transaction is refused all the same (CannotVerify, exit 3) unless the
     operator says the owner was checked: one that no coordinator lists
-    (``no_transactional_id``) on a leader that accepts two-phase-commit transactions. Being
+    (``no_transactional_id``) in a cluster that accepts two-phase-commit transactions. Being
     late is what makes an unlisted transaction hanging, and a prepared 2PC transaction
     (KIP-939) is never late: under a transactional id the principal may not see (a DENY
     rule the visibility probe cannot see), it looks exactly like that, and aborting it
@@ -311,15 +311,15 @@ def _judge(classified: Classified, target: AbortTarget, *, owner_checked: bool =
         if (
             hanging.hanging_reason is HangingReason.NO_TRANSACTIONAL_ID
             and not owner_checked
-            and _two_phase_commit_leader(classified, hanging.broker_id)
+            and _two_phase_commit_possible(classified)
         ):
             raise CannotVerify(
                 f"refusing to abort the transaction of producer id {hanging.producer_id} at "
                 f"offset {hanging.start_offset} on {hanging.topic}-{hanging.partition}: no "
                 f"coordinator lists its producer id and it has been open "
-                f"{human_duration(hanging.duration_ms)}, but its leader (broker "
-                f"{hanging.broker_id}) accepts two-phase-commit transactions "
-                "(transaction.two.phase.commit.enable), which are never late: it may be a "
+                f"{human_duration(hanging.duration_ms)}, but the cluster accepts "
+                "two-phase-commit transactions (transaction.two.phase.commit.enable on a "
+                "broker, or a broker's configs unread), which are never late: it may be a "
                 "prepared transaction under a transactional id the principal may not see (a "
                 "DENY rule or a custom authorizer). Check the 2PC applications of this topic "
                 "(their transactional ids, kafka-transactions.sh describe with a principal "
@@ -331,12 +331,14 @@ def _judge(classified: Classified, target: AbortTarget, *, owner_checked: bool =
     raise Refused(_owned_message(classified, target, findings[0] if findings else None))
 
 
-def _two_phase_commit_leader(classified: Classified, broker_id: int) -> bool:
-    """Whether the broker accepts 2PC transactions; True when its configs were not read."""
-    for config in classified.snapshot.broker_configs:
-        if config.broker_id == broker_id:
-            return config.two_phase_commit_enabled
-    return True
+def _two_phase_commit_possible(classified: Classified) -> bool:
+    """Whether a 2PC transaction may be open: a broker accepts them, or a known broker's
+    configs were not read. The coordinator enforces it, and the coordinator of an id the
+    principal cannot see is unknown, so every broker counts, not the partition's leader."""
+    snapshot = classified.snapshot
+    configs = {c.broker_id: c for c in snapshot.broker_configs}
+    brokers = {b.broker_id for b in snapshot.brokers} | set(configs)
+    return not brokers or any(b not in configs or configs[b].two_phase_commit_enabled for b in brokers)
 
 
 def _unknown_message(classified: Classified, f: Finding) -> str:

@@ -328,7 +328,7 @@ def _add_abort(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "coordinator owns it (both checked again right before the write). A dry run "
         "unless --yes. After the abort, waits for the partition's last stable offset to "
         "move past the transaction. Refused with exit 3 when the transaction's owner "
-        "may be invisible to the principal, and when no coordinator lists it on a leader "
+        "may be invisible to the principal, and when no coordinator lists it in a cluster "
         "that accepts two-phase-commit transactions (unless --owner-checked).",
         lambda a: AbortRequest(
             topic=a.topic,
@@ -347,7 +347,7 @@ def _add_abort(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--owner-checked",
         dest="owner_checked",
         action="store_true",
-        help="abort a transaction no coordinator lists even though its leader accepts "
+        help="abort a transaction no coordinator lists even though the cluster accepts "
         "two-phase-commit transactions: you checked that no 2PC application owns it under "
         "a transactional id this principal cannot see",
     )

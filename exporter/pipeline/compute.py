@@ -1059,7 +1059,7 @@ def _preparing_frame(spark: SparkSession, t: Tables, mem: PipelineMemory, seen_a
     ``__transaction_state`` leadership moves, the new coordinator loads the id in the same
     state and writes the same markers, so the wait goes on. A remembered id whose coordinator
     did not answer ListTransactions this cycle, and that no coordinator lists now, is kept as
-    it was: no evidence either way."""
+    it was while its coordinator is still a broker of the cluster: no evidence either way."""
     c = F.col
     sighting = ["transactional_id", "producer_id", "state"]
     previous = frame_of(spark, PreparingTransaction, mem.preparing)
@@ -1076,8 +1076,11 @@ def _preparing_frame(spark: SparkSession, t: Tables, mem: PipelineMemory, seen_a
         F.coalesce(c("previous_since_ms"), F.lit(seen_at_ms).cast("long")).alias("since_ms"),
     )
     answered = t["coordinators_listed"].select(c("broker_id").alias("coordinator_id"))
-    unanswered = previous.join(F.broadcast(answered), "coordinator_id", "left_anti").join(
-        F.broadcast(listed.select(*sighting)), sighting, "left_anti"
+    known = t["brokers"].select(c("broker_id").alias("coordinator_id"))
+    unanswered = (
+        previous.join(F.broadcast(answered), "coordinator_id", "left_anti")
+        .join(F.broadcast(known), "coordinator_id", "left_semi")
+        .join(F.broadcast(listed.select(*sighting)), sighting, "left_anti")
     )
     return current.unionByName(unanswered.select("coordinator_id", *sighting, "since_ms"))
 

@@ -1,7 +1,7 @@
 """The collector's batch-timestamp cache: a start batch is read once; one that cannot be read
 (retention passed it) is not asked for again, while a retriable failure (a leader move, a
-timeout) is tried again next cycle instead of leaving the transaction to the LastTimestamp
-fallback until it closes."""
+timeout) is tried again for a few cycles instead of leaving the transaction to the
+LastTimestamp fallback until it closes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import cast
 import pytest
 
 from exporter.kafka.admin import ClusterAdmin
-from exporter.kafka.collector import SnapshotCollector
+from exporter.kafka.collector import FETCH_ATTEMPTS, SnapshotCollector
 from exporter.kafka.metadata import ClusterMetadata
 from exporter.kafka.results import Collected
 from exporter.model import BatchTimestamp, CollectionError, ProducerState
@@ -40,6 +40,18 @@ def test_a_start_batch_is_asked_for_again_only_after_a_retriable_failure(
     collector._merge_batch_timestamps(plan, _failed(error))
     again = collector._plan_batch_timestamps(METADATA, (OPEN,), ())
     assert again == ({1: [("t", 0, 120)]} if asked_again else {})
+
+
+def test_a_start_batch_failing_with_a_retriable_error_is_asked_for_a_few_cycles_only() -> None:
+    """A fetch that keeps failing (a storage error, a stale leader) must not make every cycle
+    partial for as long as the transaction stays open."""
+    collector = _collector()
+    asked = 0
+    while plan := collector._plan_batch_timestamps(METADATA, (OPEN,), ()):
+        asked += 1
+        collector._merge_batch_timestamps(plan, _failed("NOT_LEADER_OR_FOLLOWER"))
+        assert asked <= FETCH_ATTEMPTS
+    assert asked == FETCH_ATTEMPTS
 
 
 def test_a_start_batch_read_once_is_not_asked_for_again() -> None:

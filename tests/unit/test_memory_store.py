@@ -129,14 +129,26 @@ def test_a_memory_older_than_three_intervals_and_five_minutes_is_not_used(
                 },
             }
         ),
+        "\udcff not utf-8",
+        '{"version": 1, "cluster": "prod", "saved_at_ms": 1e400, "memory": {}}',
+        "[" * 100_000,
     ],
-    ids=["torn", "other-version", "other-cluster", "missing-field", "wrong-type"],
+    ids=[
+        "torn",
+        "other-version",
+        "other-cluster",
+        "missing-field",
+        "wrong-type",
+        "not-utf-8",
+        "huge-number",
+        "deep-nesting",
+    ],
 )
 def test_a_file_that_is_not_this_clusters_memory_is_ignored_and_logged(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, content: str
 ) -> None:
     store = MemoryStore(str(tmp_path))
-    store.path("prod").write_text(content)
+    store.path("prod").write_bytes(content.encode("utf-8", "surrogateescape"))
     with caplog.at_level(logging.WARNING):
         assert store.load("prod", NOW, max_age_ms(30_000)) is None
     assert "ignored" in caplog.text

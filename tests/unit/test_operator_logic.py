@@ -168,27 +168,40 @@ def test_abort_refuses_with_exit_3_an_unlisted_transaction_a_live_one_could_stil
     assert "nothing was aborted" in message
 
 
-def _unlisted_hanging(two_phase_commit: bool | None) -> Classified:
+def _unlisted_hanging(two_phase_commit: bool | None, elsewhere: bool = False) -> Classified:
+    """A no_transactional_id finding led by broker 1 of brokers 1 and 2; broker 1's 2PC
+    setting (None: its configs unread), broker 2's ``elsewhere``."""
     f = replace(finding(TxnClass.HANGING), hanging_reason=HangingReason.NO_TRANSACTIONAL_ID, late=True)
-    configs = [] if two_phase_commit is None else [BrokerConfig(1, two_phase_commit_enabled=two_phase_commit)]
+    configs = [BrokerConfig(2, two_phase_commit_enabled=elsewhere)]
+    if two_phase_commit is not None:
+        configs.append(BrokerConfig(1, two_phase_commit_enabled=two_phase_commit))
     snapshot = ClusterSnapshot(
-        cluster="c", taken_at_ms=0, producers=(producer(),), broker_configs=tuple(configs)
+        cluster="c",
+        taken_at_ms=0,
+        brokers=(Broker(1, "b1", 9092), Broker(2, "b2", 9092)),
+        producers=(producer(),),
+        broker_configs=tuple(configs),
     )
     return Classified(snapshot, CycleResult(cluster="c", computed_at_ms=0, findings=(f,)), 7_200_500)
 
 
-@pytest.mark.parametrize("two_phase_commit", [True, None], ids=["2pc-enabled", "configs-unread"])
+@pytest.mark.parametrize(
+    ("leader", "elsewhere"),
+    [(True, False), (None, False), (False, True)],
+    ids=["leader-2pc", "leader-configs-unread", "another-broker-2pc"],
+)
 def test_abort_refuses_with_exit_3_an_unlisted_transaction_a_prepared_2pc_one_could_be(
-    two_phase_commit: bool | None,
+    leader: bool | None, elsewhere: bool
 ) -> None:
     """A prepared 2PC transaction (KIP-939) is never late, so under an id the principal may
-    not see it looks hanging once old; the operator must say the owner was checked."""
+    not see it looks hanging once old; the operator must say the owner was checked. The
+    coordinator enforces 2PC, and the hidden id's coordinator is unknown: any broker counts."""
     with pytest.raises(actions.CannotVerify) as info:
-        actions._judge(_unlisted_hanging(two_phase_commit), target())
+        actions._judge(_unlisted_hanging(leader, elsewhere), target())
     message = str(info.value)
-    assert "its leader (broker 1) accepts two-phase-commit transactions" in message
+    assert "the cluster accepts two-phase-commit transactions" in message
     assert "--owner-checked; nothing was aborted" in message
-    assert actions._judge(_unlisted_hanging(two_phase_commit), target(), owner_checked=True).hanging
+    assert actions._judge(_unlisted_hanging(leader, elsewhere), target(), owner_checked=True).hanging
 
 
 def test_abort_accepts_an_unlisted_hanging_transaction_where_2pc_is_off() -> None:

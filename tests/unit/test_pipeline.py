@@ -29,6 +29,7 @@ from exporter.model import (
     PartitionOffsets,
     PipelineMemory,
     PipelineSettings,
+    PreparingTransaction,
     ProducerState,
     StartTimeSource,
     TopicPartition,
@@ -749,6 +750,15 @@ def test_markers_pending_keeps_counting_through_an_unanswered_listing(spark: Spa
         spark, _listing(("stuck", 7, "PrepareCommit", 1), at=later + MIN), previous=blind, now=later + MIN
     )
     assert _prepare_times(seen)[1] == 3 * MIN
+
+
+def test_markers_pending_forgets_an_id_whose_coordinator_left_the_cluster(spark: SparkSession) -> None:
+    """Broker 9 listed the id in PrepareCommit, then left; its successor finished the markers
+    before the next cycle, so nobody lists it: no evidence would keep it forever."""
+    gone = PipelineMemory(preparing=(PreparingTransaction(9, "stuck", 7, "PrepareCommit", NOW - 120 * MIN),))
+    result = compute(spark, _listing(answered=(1, 2)), AT_ONCE, gone, NOW)
+    assert result.memory.preparing == ()
+    assert _prepare_times(result) == {1: 0, 2: 0}
 
 
 def test_markers_pending_keeps_counting_when_the_id_moves_to_another_coordinator(
