@@ -1,4 +1,4 @@
-"""Partition offsets (ListOffsets latest, both isolation levels, confluent-kafka)."""
+"""Partition offsets (ListOffsets latest, both isolation levels, then earliest; confluent-kafka)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,13 @@ def partition_offsets(
     request_timeout_ms: int,
     deadline: float | None,
 ) -> Collected[PartitionOffsets]:
-    """High watermark and LSO of every partition; a partition whose offsets could not be read
-    has -1 for them, and one error (the first of its two reads that failed)."""
+    """High watermark and LSO of every partition, then the log start offset of those whose LSO
+    was read; an offset that could not be read is -1, with one error per partition (the first
+    of its reads that failed).
+
+    The log start offset is read after the LSO on purpose: it only grows, so the value read is
+    at least the one the LSO was computed with, and a transaction starting at or above it was
+    not lifted past by retention (the pipeline's "the LSO has passed it" evidence)."""
     from confluent_kafka import IsolationLevel
     from confluent_kafka import TopicPartition as CTopicPartition
     from confluent_kafka.admin import OffsetSpec
@@ -59,6 +64,29 @@ def partition_offsets(
             if key not in failed:
                 failed.add(key)
                 gather.fail(error, broker_id=leaders.get(key, -1), topic=key[0], partition=key[1], message="")
+    earliest = [key for key in tps if key in values["lso"]]
+    if earliest:
+        left_s = max(0.001, timeout_s - (time.monotonic() - started))
+        futures = admin.list_offsets(
+            {CTopicPartition(t, p): OffsetSpec.earliest() for t, p in earliest}, request_timeout=left_s
+        )
+        values["start"] = {}
+        for ctp, future in futures.items():
+            key = (ctp.topic, ctp.partition)
+            try:
+                offset = int(future.result(timeout=left_s + RESULT_MARGIN_S).offset)
+            except Exception as e:
+                error = e
+            else:
+                if offset >= 0:
+                    values["start"][key] = offset
+                    continue
+                error = "OFFSET_NOT_AVAILABLE"
+            if key not in failed:
+                failed.add(key)
+                gather.fail(
+                    error, broker_id=leaders.get(key, -1), topic=key[0], partition=key[1], message="earliest"
+                )
     gather.add(
         *(
             PartitionOffsets(
@@ -67,6 +95,7 @@ def partition_offsets(
                 leader=leaders.get((t, p), -1),
                 high_watermark=values["hwm"].get((t, p), -1),
                 last_stable_offset=values["lso"].get((t, p), -1),
+                log_start_offset=values.get("start", {}).get((t, p), -1),
             )
             for t, p in tps
         )

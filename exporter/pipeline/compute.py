@@ -559,7 +559,11 @@ def _classified(
         )
     )
     leaders = t["partitions"].select(
-        "topic", "partition", "leader", c("last_stable_offset").alias("partition_lso")
+        "topic",
+        "partition",
+        "leader",
+        c("last_stable_offset").alias("partition_lso"),
+        c("log_start_offset").alias("partition_log_start"),
     )
     max_timeouts = t["broker_configs"].select("broker_id", "transaction_max_timeout_ms")
     # Duplicate rows (a producer id listed by two coordinators during a move) are harmless:
@@ -797,9 +801,16 @@ def _classified_columns(
         # first offset of the oldest open transaction, so it passed this one only once it
         # closed. That covers a DescribeProducers answer from a lagging replica (Kafka
         # answers it from any replica's log, and stale metadata can name a former leader).
+        # Not when the log start (read after the LSO) is past the start: retention or
+        # DeleteRecords lift the LSO to the log start over a transaction still open.
         (
             ((reason.isNotNull() | unlisted) & c("reread").isNotNull() & c("verified").isNull())
-            | F.coalesce(c("partition_lso") > c("start_offset"), F.lit(False))
+            | F.coalesce(
+                (c("partition_lso") > c("start_offset"))
+                & (c("partition_log_start") >= 0)
+                & (c("start_offset") >= c("partition_log_start")),
+                F.lit(False),
+            )
         ).alias("closed_meanwhile"),
     ]
 

@@ -493,3 +493,29 @@ def test_a_restarted_daemon_keeps_a_confirmed_hanging_transaction_hanging_with_a
 
     assert run(2) == [0, 1]  # suspected, then confirmed
     assert run(1) == ([1] if kept else [0])
+
+
+def test_a_hanging_transaction_whose_start_was_deleted_stays_hanging(
+    kafka: KafkaCluster,
+    topic: str,
+    hanging: HangingFactory,
+    daemon_for: Callable[..., Daemon],
+) -> None:
+    """DeleteRecords (as retention would) past a hanging transaction's first offset: Kafka
+    lifts the LSO to the new log start, yet the transaction is still open and still holds
+    the LSO there. "The LSO has passed its start" is no proof of a close then: the exporter
+    reads the log start after the LSO and keeps the finding."""
+    from confluent_kafka import TopicPartition as CTopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    txn = hanging(topic, partition=0, backdate_ms=LATE_BACKDATE_MS)
+    produce_plain(kafka.bootstrap_servers, topic, partition=0, records=5)
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    end = txn.start_offset + 3
+    for future in admin.delete_records([CTopicPartition(topic, 0, end)]).values():
+        future.result(30)
+    registry = cycle(daemon_for(kafka.bootstrap_servers, topics={"allow": [topic]}))
+    found = [s for s in hanging_series(registry) if s["topic"] == topic]
+    assert [(s["partition"], s["start_offset"]) for s in found] == [("0", str(txn.start_offset))]
+    lag = value(registry, "kafka_txn_partition_last_stable_offset_lag", topic=topic, partition="0")
+    assert lag is not None and lag > 0  # the LSO stays at the log start, below the high watermark

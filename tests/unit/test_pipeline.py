@@ -80,9 +80,11 @@ def producer(
 
 
 def offsets(
-    topic: str = "t", partition: int = 0, *, leader: int = 1, hw: int = 150, lso: int = 100
+    topic: str = "t", partition: int = 0, *, leader: int = 1, hw: int = 150, lso: int = 100, start: int = 0
 ) -> PartitionOffsets:
-    return PartitionOffsets(topic, partition, leader, high_watermark=hw, last_stable_offset=lso)
+    return PartitionOffsets(
+        topic, partition, leader, high_watermark=hw, last_stable_offset=lso, log_start_offset=start
+    )
 
 
 def listed(tid: str = TID, pid: int = PID, state: str = "Ongoing", coord: int = 1) -> ListedTransaction:
@@ -1136,6 +1138,24 @@ def test_a_transaction_the_last_stable_offset_has_passed_is_not_open(spark: Spar
             assert candidates(result) == ()
             (part,) = result.partitions
             assert (part.lso_lag, part.max_active_transaction_duration_ms) == (10, None)
+
+
+@pytest.mark.parametrize("log_start", [500, -1], ids=["retention-passed-it", "log-start-unread"])
+def test_a_transaction_the_lso_was_lifted_past_by_the_log_start_is_still_open(
+    spark: SparkSession, log_start: int
+) -> None:
+    """Retention (or DeleteRecords) moved the log start past a hanging transaction's start:
+    Kafka lifts the LSO to the log start, but the transaction is still open and still blocks
+    the records above it. Without the log start, the LSO proves nothing either."""
+    snap = snapshot(
+        producers=[producer(start=100)],
+        partitions=[offsets(hw=10_000, lso=500, start=log_start)],
+        listed_txns=[listed(state="CompleteCommit")],
+        txns=[described(state="CompleteCommit", parts=())],
+    )
+    first = run(spark, snap, PipelineSettings())
+    confirmed = run(spark, snap, PipelineSettings(), first)
+    assert only(confirmed).txn_class is TxnClass.HANGING
 
 
 def test_a_transaction_starting_at_the_last_stable_offset_is_open(spark: SparkSession) -> None:
