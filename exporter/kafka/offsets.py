@@ -10,6 +10,9 @@ from exporter.kafka.configs import RESULT_MARGIN_S
 from exporter.kafka.results import Collected, Gather, timeout_ms
 from exporter.model import PartitionOffsets
 
+#: The log start offsets are asked for only with at least this much of the timeout left.
+MIN_EARLIEST_TIMEOUT_S = 0.2
+
 
 def partition_offsets(
     admin: Any,
@@ -43,14 +46,17 @@ def partition_offsets(
             ("lso", IsolationLevel.READ_COMMITTED),
         )
     }
-    values: dict[str, dict[tuple[str, int], int]] = {"hwm": {}, "lso": {}}
+    values: dict[str, dict[tuple[str, int], int]] = {"hwm": {}, "lso": {}, "start": {}}
     failed: set[tuple[str, int]] = set()
-    for kind, futures in pending.items():
+
+    def settle(kind: str, futures: Mapping[Any, Any], wait_s: float, message: str = "") -> None:
+        """Each future's offset into ``values[kind]``; the first failure of a partition is
+        its error."""
         for ctp, future in futures.items():
             key = (ctp.topic, ctp.partition)
             error: BaseException | str
             try:
-                offset = int(future.result(timeout=timeout_s + RESULT_MARGIN_S).offset)
+                offset = int(future.result(timeout=wait_s + RESULT_MARGIN_S).offset)
             except Exception as e:
                 error = e
             else:
@@ -58,35 +64,24 @@ def partition_offsets(
                     values[kind][key] = offset
                     continue
                 # librdkafka answers a request that timed out with offset -1001 (invalid),
-                # not an error; "latest" is never negative otherwise.
+                # not an error; "latest" and "earliest" are never negative otherwise.
                 late = time.monotonic() - started >= timeout_s
                 error = "REQUEST_TIMED_OUT" if late else "OFFSET_NOT_AVAILABLE"
             if key not in failed:
                 failed.add(key)
-                gather.fail(error, broker_id=leaders.get(key, -1), topic=key[0], partition=key[1], message="")
-    earliest = [key for key in tps if key in values["lso"]]
-    if earliest:
-        left_s = max(0.001, timeout_s - (time.monotonic() - started))
-        futures = admin.list_offsets(
-            {CTopicPartition(t, p): OffsetSpec.earliest() for t, p in earliest}, request_timeout=left_s
-        )
-        values["start"] = {}
-        for ctp, future in futures.items():
-            key = (ctp.topic, ctp.partition)
-            try:
-                offset = int(future.result(timeout=left_s + RESULT_MARGIN_S).offset)
-            except Exception as e:
-                error = e
-            else:
-                if offset >= 0:
-                    values["start"][key] = offset
-                    continue
-                error = "OFFSET_NOT_AVAILABLE"
-            if key not in failed:
-                failed.add(key)
                 gather.fail(
-                    error, broker_id=leaders.get(key, -1), topic=key[0], partition=key[1], message="earliest"
+                    error, broker_id=leaders.get(key, -1), topic=key[0], partition=key[1], message=message
                 )
+
+    for kind, futures in pending.items():
+        settle(kind, futures, timeout_s)
+    # The log start, after the LSO (see above); evidence only: without time left it stays
+    # unknown (-1), which proves nothing either way.
+    earliest = [key for key in tps if key in values["lso"]]
+    left_s = timeout_s - (time.monotonic() - started)
+    if earliest and left_s >= MIN_EARLIEST_TIMEOUT_S:
+        request = {CTopicPartition(t, p): OffsetSpec.earliest() for t, p in earliest}
+        settle("start", admin.list_offsets(request, request_timeout=left_s), left_s, message="earliest")
     gather.add(
         *(
             PartitionOffsets(
@@ -95,7 +90,7 @@ def partition_offsets(
                 leader=leaders.get((t, p), -1),
                 high_watermark=values["hwm"].get((t, p), -1),
                 last_stable_offset=values["lso"].get((t, p), -1),
-                log_start_offset=values.get("start", {}).get((t, p), -1),
+                log_start_offset=values["start"].get((t, p), -1),
             )
             for t, p in tps
         )

@@ -851,7 +851,7 @@ def test_a_coordinator_that_could_not_be_read_keeps_its_open_time_ageing(
     if lost.api == "ListTransactions":
         blind = replace(
             snap,
-            coordinators_listed=(2,),
+            coordinators_listed=frozenset({2}),
             listed_transactions=snap.listed_transactions[1:],
             transactions=snap.transactions[1:],
         )
