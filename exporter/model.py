@@ -204,6 +204,9 @@ class GroupOffset:
 #: an open transaction, after the coordinators) begins its message: such an error leaves those
 #: partitions unverified, but the first read of them stands.
 REREAD_MESSAGE = "re-read after DescribeTransactions"
+#: How an error of the visibility probe (FindCoordinator, DescribeTransactions of an id no
+#: producer uses) begins its message: it says nothing about any coordinator's transactions.
+PROBE_MESSAGE = "visibility probe"
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +219,10 @@ class CollectionError:
     topic: str = ""
     partition: int = -1
     message: str = ""
+
+    @property
+    def of_visibility_probe(self) -> bool:
+        return self.message.startswith(PROBE_MESSAGE)
 
     @property
     def first_read_of_producers(self) -> bool:
@@ -414,6 +421,14 @@ class CoordinatorOpenSince:
     coordinator_id: int
     open_since_ms: int | None
     two_phase_since_ms: int | None
+    #: The snapshot time of the oldest cycle this rests on: a coordinator unread for longer
+    #: than :data:`COORDINATOR_OPEN_CARRY_MS` is no longer carried (its last value would
+    #: only grow, whatever became of that transaction).
+    read_at_ms: int
+
+
+#: How long a coordinator's open times are carried through cycles that cannot read it.
+COORDINATOR_OPEN_CARRY_MS = 15 * 60_000
 
 
 @dataclass(frozen=True, slots=True)

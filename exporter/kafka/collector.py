@@ -51,6 +51,7 @@ from exporter.kafka.metadata import TRANSACTION_STATE_TOPIC
 from exporter.kafka.results import Collected, Gather, guarded
 from exporter.model import (
     OPEN_COORDINATOR_STATES,
+    PROBE_MESSAGE,
     REREAD_MESSAGE,
     BatchTimestamp,
     BrokerConfig,
@@ -157,6 +158,15 @@ class _Stages:
     def _finish(self, name: str, started: float, result: Collected[T]) -> Collected[T]:
         self.seconds.setdefault(name, time.monotonic() - started)
         return result
+
+
+def _tag(error: CollectionError, tag: str) -> CollectionError:
+    """The error with its message prefixed by ``tag`` (how later stages tell it apart)."""
+    return replace(error, message=f"{tag}: {error.message}" if error.message else tag)
+
+
+def _tagged(result: Collected[T], tag: str) -> Collected[T]:
+    return Collected(result.rows, tuple(_tag(e, tag) for e in result.errors))
 
 
 #: Cycles a start batch's fetch is tried when it fails with a retriable error.
@@ -276,7 +286,7 @@ class SnapshotCollector:
         reread, reread_ok = self._reread_result(metadata, producers.rows, reread_pending())
         offsets_done = self._offsets_or_leaders(metadata, offsets())
         configs_done = configs()
-        visible = visibility()
+        visible = _tagged(visibility(), PROBE_MESSAGE)
         group_offsets: Collected[GroupOffset] = Collected(())
         checks: Collected[ConsumableCheck] = Collected(())
         if groups_pending is not None and self._groups is not None:
@@ -509,10 +519,7 @@ class SnapshotCollector:
                 failed.update(by_leader.get(e.broker_id, ()))
             else:
                 failed.update(asked)
-        errors = tuple(
-            replace(e, message=f"{REREAD_MESSAGE}: {e.message}" if e.message else REREAD_MESSAGE)
-            for e in reread.errors
-        )
+        errors = tuple(_tag(e, REREAD_MESSAGE) for e in reread.errors)
         rows = tuple(p for p in reread.rows if (p.topic, p.partition) in asked)
         return Collected(rows, errors), frozenset(asked - failed)
 

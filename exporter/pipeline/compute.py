@@ -38,6 +38,7 @@ from pyspark.sql.types import DataType, LongType, StringType, StructField, Struc
 
 from exporter.groups_config import BUILTIN_RULES, AttributionRule, GroupsConfig
 from exporter.model import (
+    COORDINATOR_OPEN_CARRY_MS,
     COORDINATOR_STATES,
     DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
     OPEN_COORDINATOR_STATES,
@@ -255,7 +256,9 @@ def _compute_rows(
         or snapshot.listed_transactions
         or mem.coordinator_open
     ):
-        open_since = _coordinator_open_frame(spark, t, mem, _unread_coordinators(snapshot))
+        open_since = _coordinator_open_frame(
+            spark, t, mem, _unread_coordinators(snapshot), snapshot.taken_at_ms
+        )
         out["coordinators"] = (CoordinatorMetrics, _coordinator_frame(t, now_ms, preparing, open_since))
         out["coordinator_states"] = (CoordinatorStateCount, _coordinator_state_frame(t))
         out["coordinator_open"] = (CoordinatorOpenSince, open_since)
@@ -986,7 +989,9 @@ def _unread_coordinators(snapshot: ClusterSnapshot) -> tuple[int, ...] | None:
     """Coordinators whose transactions this cycle could not read: not answering
     ListTransactions, or with a DescribeTransactions error. None: every one (a describe stage
     cut by the deadline, or an error no broker is named for)."""
-    failed = {e.broker_id for e in snapshot.errors if e.api == "DescribeTransactions"}
+    failed = {
+        e.broker_id for e in snapshot.errors if e.api == "DescribeTransactions" and not e.of_visibility_probe
+    }
     if -1 in failed:
         return None
     known = {b.broker_id for b in snapshot.brokers}
@@ -994,11 +999,12 @@ def _unread_coordinators(snapshot: ClusterSnapshot) -> tuple[int, ...] | None:
 
 
 def _coordinator_open_frame(
-    spark: SparkSession, t: Tables, mem: PipelineMemory, unread: tuple[int, ...] | None
+    spark: SparkSession, t: Tables, mem: PipelineMemory, unread: tuple[int, ...] | None, seen_at_ms: int
 ) -> DataFrame:
     """Each coordinator's oldest open transaction start (:class:`CoordinatorOpenSince`):
     this cycle's, and for a coordinator this cycle could not read (``unread``; None: all)
-    the remembered one too, while it is still a known broker."""
+    the remembered one too, while it is still a known broker and for
+    :data:`COORDINATOR_OPEN_CARRY_MS` at most."""
     c = F.col
     is_2pc = c("timeout_ms") == TWO_PHASE_COMMIT_TIMEOUT_MS
     current = (
@@ -1008,18 +1014,23 @@ def _coordinator_open_frame(
             "coordinator_id",
             F.when(~is_2pc, c("start_time_ms")).alias("open_since_ms"),
             F.when(is_2pc, c("start_time_ms")).alias("two_phase_since_ms"),
+            F.lit(seen_at_ms).cast("long").alias("read_at_ms"),
         )
     )
     if mem.coordinator_open:
         known = F.broadcast(t["brokers"].select(c("broker_id").alias("coordinator_id")))
-        carried = frame_of(spark, CoordinatorOpenSince, mem.coordinator_open).join(
-            known, "coordinator_id", "left_semi"
+        carried = (
+            frame_of(spark, CoordinatorOpenSince, mem.coordinator_open)
+            .where(c("read_at_ms") >= seen_at_ms - COORDINATOR_OPEN_CARRY_MS)
+            .join(known, "coordinator_id", "left_semi")
         )
         if unread is not None:
             carried = carried.where(c("coordinator_id").isin(*unread)) if unread else carried.limit(0)
         current = current.unionByName(carried)
     return current.groupBy("coordinator_id").agg(
-        F.min("open_since_ms").alias("open_since_ms"), F.min("two_phase_since_ms").alias("two_phase_since_ms")
+        F.min("open_since_ms").alias("open_since_ms"),
+        F.min("two_phase_since_ms").alias("two_phase_since_ms"),
+        F.min("read_at_ms").alias("read_at_ms"),
     )
 
 

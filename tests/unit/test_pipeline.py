@@ -14,6 +14,7 @@ from exporter.groups_config import GroupsConfig
 from exporter.model import (
     COORDINATOR_STATES,
     DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
+    PROBE_MESSAGE,
     REREAD_MESSAGE,
     TWO_PHASE_COMMIT_TIMEOUT_MS,
     BatchTimestamp,
@@ -872,6 +873,38 @@ def test_a_coordinator_that_could_not_be_read_keeps_its_open_time_ageing(
     read = run(spark, done, previous=kept, now=later + MIN)
     assert _open_times(read) == {1: (0, 0), 2: (0, 33 * MIN)}
     assert [o.coordinator_id for o in read.memory.coordinator_open] == [2]
+
+
+def test_a_coordinator_unread_for_long_is_no_longer_carried(spark: SparkSession) -> None:
+    """Carried open times only grow, whatever became of the transaction: past
+    COORDINATOR_OPEN_CARRY_MS of cycles that cannot read the coordinator, they stop; and a
+    failing visibility probe (an id no producer uses) says nothing about any coordinator."""
+    snap = snapshot(
+        brokers=(1, 2),
+        coordinators_listed=(1, 2),
+        listed_txns=[listed("slow", 1, "Ongoing", 1)],
+        txns=[described("slow", pid=1, start=NOW - 20 * MIN, coord=1)],
+    )
+    first = run(spark, snap)
+    failing = replace(
+        snap,
+        transactions=(replace(snap.transactions[0], error="LOAD", start_time_ms=-1),),
+        errors=(CollectionError(api="DescribeTransactions", error="LOAD", broker_id=1),),
+    )
+    result, at = first, NOW
+    for minutes in (5, 10, 15):
+        at = NOW + minutes * MIN
+        result = run(spark, replace(failing, taken_at_ms=at), previous=result, now=at)
+        assert _open_times(result)[1] == ((20 + minutes) * MIN, 0)
+    at = NOW + 16 * MIN
+    result = run(spark, replace(failing, taken_at_ms=at), previous=result, now=at)
+    assert _open_times(result)[1] == (0, 0)
+    # A probe failure alone: coordinator 1 answered and has nothing open, nothing carried.
+    probe = CollectionError(
+        api="DescribeTransactions", error="UNKNOWN_SERVER_ERROR", broker_id=1, message=PROBE_MESSAGE
+    )
+    quiet = replace(snap, listed_transactions=(), transactions=(), errors=(probe,))
+    assert _open_times(run(spark, quiet, previous=first))[1] == (0, 0)
 
 
 # --- KIP-588 timeout aborts ------------------------------------------------------------------
