@@ -124,8 +124,9 @@ class PartitionOffsets:
     leader: int  # broker id, -1 when leaderless
     high_watermark: int = -1  # READ_UNCOMMITTED latest, -1 when unknown
     last_stable_offset: int = -1  # READ_COMMITTED latest, -1 when unknown
-    #: The log start offset (earliest), read after the LSO; -1 when unknown. Retention or
-    #: DeleteRecords moving it past an open transaction's start lifts the LSO to it.
+    #: The log start offset (earliest), read after the LSO and only where the LSO has passed
+    #: an open transaction's start; -1 when not read. Retention or DeleteRecords moving it
+    #: past an open transaction's start lift the LSO to it.
     log_start_offset: int = -1
 
 

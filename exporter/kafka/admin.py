@@ -316,6 +316,19 @@ class ClusterAdmin:
             return Collected(())
         return _offsets.partition_offsets(self._admin(), tps, leaders, self.request_timeout_ms, deadline)
 
+    def log_start_offsets(
+        self,
+        partitions: Iterable[tuple[str, int]],
+        leaders: Mapping[tuple[str, int], int],
+        *,
+        deadline: float | None = None,
+    ) -> Collected[tuple[str, int, int]]:
+        """The log start offset of each partition (ListOffsets earliest): (topic, partition,
+        offset) rows."""
+        return _offsets.log_start_offsets(
+            self._admin(), partitions, leaders, self.request_timeout_ms, deadline
+        )
+
     def describe_producers(
         self, partitions_by_broker: Mapping[int, Iterable[tuple[str, int]]], *, deadline: float | None = None
     ) -> Collected[ProducerState]:

@@ -20,6 +20,11 @@ partition, none when no partition has an open transaction). The rows are
 pipeline keeps a hanging candidate only when the re-read still shows the same (producer id,
 start offset), so a transaction that completed between the two reads is never suspected.
 
+Log start: when an open transaction's start offset is below its partition's LSO (the LSO
+has passed it: it closed, or retention lifted the LSO to a new log start over it), the
+partition's log start offset is read (ListOffsets earliest, stage ``log_start``, after both
+``offsets`` and ``producers``). Usually no partition qualifies and nothing is sent.
+
 Cycle deadline: with ``collect(deadline_s=...)`` a cycle never runs past its deadline. Each
 stage gets a budget from the time left when it starts (:data:`STAGE_SHARES`), its request
 timeouts are shortened to that budget, and a stage still running when its budget is spent
@@ -80,6 +85,7 @@ STAGE_SHARES = {
     "visibility_probe": 1.0,
     "reread_producers": 1.0,
     "batch_timestamps": 1.0,
+    "log_start": 1.0,
     "groups": 1.0,
     "consumable_checks": 1.0,
 }
@@ -284,7 +290,9 @@ class SnapshotCollector:
         fetched = stages.start("batch_timestamps", "Fetch", lambda by: self._fetch(fetch_plan, by))()
         timestamps = self._merge_batch_timestamps(fetch_plan, fetched)
         reread, reread_ok = self._reread_result(metadata, producers.rows, reread_pending())
-        offsets_done = self._offsets_or_leaders(metadata, offsets())
+        offsets_done = self._with_log_starts(
+            metadata, self._offsets_or_leaders(metadata, offsets()), producers.rows, stages
+        )
         configs_done = configs()
         visible = _tagged(visibility(), PROBE_MESSAGE)
         group_offsets: Collected[GroupOffset] = Collected(())
@@ -388,6 +396,40 @@ class SnapshotCollector:
             return offsets
         rows = tuple(PartitionOffsets(t, p, leader) for (t, p), leader in sorted(metadata.leaders.items()))
         return Collected(rows, offsets.errors)
+
+    def _with_log_starts(
+        self,
+        metadata: ClusterMetadata,
+        offsets: Collected[PartitionOffsets],
+        producers: tuple[ProducerState, ...],
+        stages: _Stages,
+    ) -> Collected[PartitionOffsets]:
+        """The log start offset of each partition whose LSO has passed an open transaction's
+        start (usually none: no request then). The pipeline reads such an LSO as proof that
+        the transaction closed, unless retention or DeleteRecords lifted the LSO to the log
+        start over a transaction still open. Read after the LSO: the log start only grows, so
+        the value read is at least the one the LSO was computed with."""
+        lso = {(o.topic, o.partition): o.last_stable_offset for o in offsets.rows}
+        passed = {
+            (p.topic, p.partition)
+            for p in producers
+            if 0 <= p.current_txn_start_offset < lso.get((p.topic, p.partition), -1)
+        }
+        if not passed:
+            return offsets
+        read = stages.start(
+            "log_start",
+            "ListOffsets",
+            lambda by: self.admin.log_start_offsets(passed, metadata.leaders, deadline=by),
+        )()
+        starts = {(t, p): offset for t, p, offset in read.rows}
+
+        def with_start(o: PartitionOffsets) -> PartitionOffsets:
+            start = starts.get((o.topic, o.partition))
+            return o if start is None else replace(o, log_start_offset=start)
+
+        rows = tuple(map(with_start, offsets.rows))
+        return Collected(rows, (*offsets.errors, *read.errors))
 
     def _configs_with_features(
         self, broker_ids: list[int], deadline: float | None
