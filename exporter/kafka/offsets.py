@@ -43,22 +43,13 @@ def partition_offsets(
     for kind, futures in pending.items():
         for ctp, future in futures.items():
             key = (ctp.topic, ctp.partition)
-            error: BaseException | str
-            try:
-                offset = int(future.result(timeout=timeout_s + RESULT_MARGIN_S).offset)
-            except Exception as e:
-                error = e
-            else:
-                if offset >= 0:
-                    values[kind][key] = offset
-                    continue
-                # librdkafka answers a request that timed out with offset -1001 (invalid),
-                # not an error; "latest" is never negative otherwise.
-                late = time.monotonic() - started >= timeout_s
-                error = "REQUEST_TIMED_OUT" if late else "OFFSET_NOT_AVAILABLE"
-            if key not in failed:
+            offset = _offset(future, timeout_s, started)
+            if isinstance(offset, int):
+                values[kind][key] = offset
+            elif key not in failed:
                 failed.add(key)
-                gather.fail(error, broker_id=leaders.get(key, -1), topic=key[0], partition=key[1], message="")
+                where = leaders.get(key, -1)
+                gather.fail(offset, broker_id=where, topic=key[0], partition=key[1], message="")
     gather.add(
         *(
             PartitionOffsets(
@@ -91,18 +82,27 @@ def log_start_offsets(
     if not tps:
         return gather.result()
     timeout_s = timeout_ms(request_timeout_ms, deadline, gather.api) / 1000
+    started = time.monotonic()
     request = {CTopicPartition(t, p): OffsetSpec.earliest() for t, p in tps}
     for ctp, future in admin.list_offsets(request, request_timeout=timeout_s).items():
-        key = (ctp.topic, ctp.partition)
-        error: BaseException | str
-        try:
-            offset = int(future.result(timeout=timeout_s + RESULT_MARGIN_S).offset)
-        except Exception as e:
-            error = e
+        t, p = ctp.topic, ctp.partition
+        offset = _offset(future, timeout_s, started)
+        if isinstance(offset, int):
+            gather.add((t, p, offset))
         else:
-            if offset >= 0:
-                gather.add((key[0], key[1], offset))
-                continue
-            error = "OFFSET_NOT_AVAILABLE"
-        gather.fail(error, broker_id=leaders.get(key, -1), topic=key[0], partition=key[1], message="earliest")
+            gather.fail(offset, broker_id=leaders.get((t, p), -1), topic=t, partition=p, message="earliest")
     return gather.result()
+
+
+def _offset(future: Any, timeout_s: float, started: float) -> int | BaseException | str:
+    """A ListOffsets future's offset, or what to record as its error."""
+    try:
+        offset = int(future.result(timeout=timeout_s + RESULT_MARGIN_S).offset)
+    except Exception as e:
+        return e
+    if offset >= 0:
+        return offset
+    # librdkafka answers a request that timed out with offset -1001 (invalid), not an error;
+    # "latest" and "earliest" are never negative otherwise.
+    late = time.monotonic() - started >= timeout_s
+    return "REQUEST_TIMED_OUT" if late else "OFFSET_NOT_AVAILABLE"
