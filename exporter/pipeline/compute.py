@@ -74,8 +74,10 @@ from exporter.pipeline.tables import (
     Handover,
     Tables,
     arrow_of,
+    build_side,
     columns_of,
     frame_of,
+    one_partition,
     record_of,
     records_of,
     schema_of,
@@ -311,7 +313,7 @@ def _shared(frame: DataFrame, st: ComputeStats) -> DataFrame:
     Building the leaf plans the classification (its broadcast joins run here); the time is
     recorded as ``checkpoint``."""
     started = time.perf_counter()
-    pinned = frame.localCheckpoint(eager=False)
+    pinned = one_partition(frame.localCheckpoint(eager=False))
     st.seconds["checkpoint"] = time.perf_counter() - started
     return pinned
 
@@ -542,11 +544,11 @@ def _classified(
     partition could not be read), with every :class:`Finding` column.
 
     The open transactions are the big side of every join; the coordinator-side tables are
-    broadcast (a snapshot's coordinator tables are small), so the only shuffle is the one
-    that picks the best coordinator match per transaction.
+    each its build side (:func:`~exporter.pipeline.tables.build_side`), and every table is
+    one partition: no shuffle, no broadcast.
     """
     c = F.col
-    b = F.broadcast
+    b = build_side
     open_txns = (
         t["producers"]
         .where(c("current_txn_start_offset") >= 0)
@@ -672,7 +674,7 @@ def _previous_candidates(spark: SparkSession, mem: PipelineMemory) -> DataFrame:
         pa.field("previous_cycles", pa.int64(), False),
         pa.array([m.cycles for m in mem.candidates], type=pa.int64()),
     )
-    frame = spark.createDataFrame(arrow, schema)
+    frame = one_partition(spark.createDataFrame(arrow, schema))
     return frame.select(
         *KEY,
         *(F.col(name).alias(f"prev_{name}") for name in _FINDING_COLUMNS if name not in KEY),
@@ -876,15 +878,17 @@ def _partition_frame(t: Tables, classified: DataFrame | None) -> DataFrame:
         ).alias("lso_lag"),
     )
     if classified is not None:
-        offsets = offsets.unionByName(
-            classified.select(
-                "topic",
-                "partition",
-                c("broker_id").alias("txn_leader"),
-                "duration_ms",
-                c("late").cast("int").alias("late"),
-            ),
-            allowMissingColumns=True,
+        offsets = one_partition(
+            offsets.unionByName(
+                classified.select(
+                    "topic",
+                    "partition",
+                    c("broker_id").alias("txn_leader"),
+                    "duration_ms",
+                    c("late").cast("int").alias("late"),
+                ),
+                allowMissingColumns=True,
+            )
         )
     else:
         offsets = offsets.select(
@@ -964,6 +968,7 @@ def _broker_frame(t: Tables, classified: DataFrame | None, partitions: DataFrame
     union = sources[0]
     for more in sources[1:]:
         union = union.union(more)
+    union = one_partition(union)
     min_verification = F.min("verification")
     max_two_phase = F.max("two_phase")
     return union.groupBy("broker_id").agg(
@@ -1018,7 +1023,7 @@ def _coordinator_open_frame(
         )
     )
     if mem.coordinator_open:
-        known = F.broadcast(t["brokers"].select(c("broker_id").alias("coordinator_id")))
+        known = build_side(t["brokers"].select(c("broker_id").alias("coordinator_id")))
         carried = (
             frame_of(spark, CoordinatorOpenSince, mem.coordinator_open)
             .where(c("read_at_ms") >= seen_at_ms - COORDINATOR_OPEN_CARRY_MS)
@@ -1026,7 +1031,7 @@ def _coordinator_open_frame(
         )
         if unread is not None:
             carried = carried.where(c("coordinator_id").isin(*unread)) if unread else carried.limit(0)
-        current = current.unionByName(carried)
+        current = one_partition(current.unionByName(carried))
     return current.groupBy("coordinator_id").agg(
         F.min("open_since_ms").alias("open_since_ms"),
         F.min("two_phase_since_ms").alias("two_phase_since_ms"),
@@ -1067,10 +1072,14 @@ def _coordinator_frame(
         )
     else:
         union = union.select("*", F.lit(None).cast("long").alias("prepare_age"))
-    return union.groupBy("coordinator_id").agg(
-        F.coalesce(F.max("open_age"), F.lit(0)).alias("active_transaction_open_time_max_ms"),
-        F.coalesce(F.max("two_phase_age"), F.lit(0)).alias("two_phase_commit_open_time_max_ms"),
-        F.coalesce(F.max("prepare_age"), F.lit(0)).alias("prepare_time_max_ms"),
+    return (
+        one_partition(union)
+        .groupBy("coordinator_id")
+        .agg(
+            F.coalesce(F.max("open_age"), F.lit(0)).alias("active_transaction_open_time_max_ms"),
+            F.coalesce(F.max("two_phase_age"), F.lit(0)).alias("two_phase_commit_open_time_max_ms"),
+            F.coalesce(F.max("prepare_age"), F.lit(0)).alias("prepare_time_max_ms"),
+        )
     )
 
 
@@ -1092,7 +1101,7 @@ def _preparing_frame(spark: SparkSession, t: Tables, mem: PipelineMemory, seen_a
         .dropDuplicates()
     )
     first_seen = previous.groupBy(*sighting).agg(F.min("since_ms").alias("previous_since_ms"))
-    current = listed.join(F.broadcast(first_seen), sighting, "left").select(
+    current = listed.join(build_side(first_seen), sighting, "left").select(
         "coordinator_id",
         *sighting,
         F.coalesce(c("previous_since_ms"), F.lit(seen_at_ms).cast("long")).alias("since_ms"),
@@ -1100,11 +1109,11 @@ def _preparing_frame(spark: SparkSession, t: Tables, mem: PipelineMemory, seen_a
     answered = t["coordinators_listed"].select(c("broker_id").alias("coordinator_id"))
     known = t["brokers"].select(c("broker_id").alias("coordinator_id"))
     unanswered = (
-        previous.join(F.broadcast(answered), "coordinator_id", "left_anti")
-        .join(F.broadcast(known), "coordinator_id", "left_semi")
-        .join(F.broadcast(listed.select(*sighting)), sighting, "left_anti")
+        previous.join(build_side(answered), "coordinator_id", "left_anti")
+        .join(build_side(known), "coordinator_id", "left_semi")
+        .join(build_side(listed.select(*sighting)), sighting, "left_anti")
     )
-    return current.unionByName(unanswered.select("coordinator_id", *sighting, "since_ms"))
+    return one_partition(current.unionByName(unanswered.select("coordinator_id", *sighting, "since_ms")))
 
 
 def _coordinator_state_frame(t: Tables) -> DataFrame:

@@ -69,7 +69,7 @@ from exporter.model import (
     TxnClass,
 )
 from exporter.pipeline.attribution import application_column
-from exporter.pipeline.tables import Handover
+from exporter.pipeline.tables import Handover, build_side, one_partition
 
 #: The application label of a transaction no rule attributes (or whose id is unknown).
 UNKNOWN_APPLICATION = "unknown"
@@ -126,7 +126,7 @@ def _frame(
 ) -> DataFrame:
     """Rows as a DataFrame through Arrow (no Python worker); empty costs no job."""
     if not rows:
-        return spark.createDataFrame([], schema)
+        return one_partition(spark.createDataFrame([], schema))
     columns = list(zip(*rows, strict=True))
     table = pa.Table.from_arrays(
         [pa.array(col, type=_ARROW[type(f.dataType)]) for col, f in zip(columns, schema.fields, strict=True)],
@@ -134,7 +134,7 @@ def _frame(
     )
     if handover is not None:
         return handover.frame(table, schema)
-    return spark.createDataFrame(table, schema)
+    return one_partition(spark.createDataFrame(table, schema))
 
 
 _OFFSET_FIELDS = operator.attrgetter(*GROUP_OFFSETS.fieldNames())
@@ -240,8 +240,8 @@ def group_frames(
         c("to_offset").alias("last_stable_offset"),
         "consumable_records",
     )
-    joined = inputs.offsets.join(F.broadcast(parts), ["topic", "partition"], "left").join(
-        F.broadcast(checks), ["topic", "partition", "committed_offset", "last_stable_offset"], "left"
+    joined = inputs.offsets.join(build_side(parts), ["topic", "partition"], "left").join(
+        build_side(checks), ["topic", "partition", "committed_offset", "last_stable_offset"], "left"
     )
     # A negative committed offset (none committed) counts for the group's summary only.
     known = (c("committed_offset") >= 0) & (c("last_stable_offset") >= 0) & (c("high_watermark") >= 0)
@@ -267,10 +267,11 @@ def group_frames(
     # The offsets are read ONCE: one aggregation per (group, topic), which keeps apart the
     # partitions every other output needs row by row (those at the LSO; all of them when
     # partition series are on), made one leaf of the plan (a lazy local checkpoint). Every
-    # output below reads that leaf, and all of them share its one shuffle: the 100k offset
-    # rows of 1000 groups x 100 partitions are scanned once instead of once per output.
+    # output below reads that leaf, one partition like every table (tables.one_partition):
+    # the 100k offset rows of 1000 groups x 100 partitions are scanned once instead of once
+    # per output, and no output shuffles them again.
     apart = at | F.lit(config.per_partition)
-    by_topic = (
+    by_topic = one_partition(
         joined.select(
             "group",
             "topic",
@@ -322,20 +323,21 @@ def group_frames(
     # blocked only on partitions it has offsets for): no separate job for per-group counts.
     none_int = F.lit(None).cast("int")
     groups = (
-        by_topic.select(
-            "group",
-            "coordinator_id",
-            "group_state",
-            "unstable",
-            F.lit(0).alias("blocked"),
-        )
-        .unionByName(
-            blocked_all.select(
+        one_partition(
+            by_topic.select(
                 "group",
-                none_int.alias("coordinator_id"),
-                F.lit(None).cast("string").alias("group_state"),
-                F.lit(None).cast("long").alias("unstable"),
-                F.lit(1).alias("blocked"),
+                "coordinator_id",
+                "group_state",
+                "unstable",
+                F.lit(0).alias("blocked"),
+            ).unionByName(
+                blocked_all.select(
+                    "group",
+                    none_int.alias("coordinator_id"),
+                    F.lit(None).cast("string").alias("group_state"),
+                    F.lit(None).cast("long").alias("unstable"),
+                    F.lit(1).alias("blocked"),
+                )
             )
         )
         .groupBy("group")
@@ -369,7 +371,7 @@ def _lso_history(parts: DataFrame, previous: DataFrame) -> DataFrame:
     prev = previous.select(
         "topic", "partition", c("last_stable_offset").alias("prev_lso"), c("cycles").alias("prev_cycles")
     )
-    joined = parts.join(F.broadcast(prev), ["topic", "partition"], "left")
+    joined = parts.join(build_side(prev), ["topic", "partition"], "left")
     unread = (c("last_stable_offset") < 0) | (c("high_watermark") < 0)
     open_gap = ~unread & (c("last_stable_offset") < c("high_watermark"))
     cycles = (
@@ -404,7 +406,7 @@ def _at_lso(
         c("at_lso").alias("last_stable_offset"),
         c("at_hwm").alias("high_watermark"),
     )
-    current = at.join(F.broadcast(prev), keys, "left").select(
+    current = at.join(build_side(prev), keys, "left").select(
         *keys,
         "last_stable_offset",
         "high_watermark",
@@ -420,14 +422,14 @@ def _at_lso(
         ((c("last_stable_offset") < 0) | (c("high_watermark") < 0)).alias("offsets_unread"),
     )
     carried = prev.join(at.select(*keys), keys, "left_anti").join(
-        F.broadcast(offsets), ["topic", "partition"], "left"
+        build_side(offsets), ["topic", "partition"], "left"
     )
     no_evidence = c("offsets_unread")
     if offsets_incomplete:
         # The group was not read, but its partition was: kept only while the LSO is where
         # the group waited (an LSO that moved ends the wait whatever the group did).
         read = by_topic.select("group").distinct().select("group", F.lit(True).alias("group_read"))
-        carried = carried.join(F.broadcast(read), "group", "left")
+        carried = carried.join(build_side(read), "group", "left")
         no_evidence = no_evidence | (c("group_read").isNull() & (c("lso") == c("prev_lso")))
     kept = carried.where(no_evidence).select(
         *keys,
@@ -435,7 +437,7 @@ def _at_lso(
         F.coalesce(c("hwm"), F.lit(-1).cast("long")).alias("high_watermark"),
         "since_ms",
     )
-    return current.unionByName(kept)
+    return one_partition(current.unionByName(kept))
 
 
 def _blocked(
@@ -453,8 +455,8 @@ def _blocked(
         ).alias("txn")
     )
     return (
-        at_lso.join(F.broadcast(stuck), ["topic", "partition", "last_stable_offset"])
-        .join(F.broadcast(at_start), ["topic", "partition", "last_stable_offset"], "left")
+        at_lso.join(build_side(stuck), ["topic", "partition", "last_stable_offset"])
+        .join(build_side(at_start), ["topic", "partition", "last_stable_offset"], "left")
         .select(
             "group",
             "topic",

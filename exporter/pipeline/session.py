@@ -82,8 +82,22 @@ LEAN_JVM_OPTIONS: tuple[str, ...] = (
 #: the JIT's CPU at start-up; the warm daemon keeps the optimising compiler.
 SHORT_LIVED_JVM_OPTIONS: tuple[str, ...] = ("-XX:TieredStopAtLevel=1",)
 
+#: Runtime SQL settings that give a cycle its plan shape, on every deployment (sent to a
+#: Spark Connect server by the client too): every table is one partition
+#: (``tables.one_partition``), so no join is broadcast (a broadcast is a Spark job of its
+#: own) and no join of joins is re-shuffled. The planner estimates a join's size as the
+#: product of its sides, so after two joins of a 10k-partition snapshot it passed the 128 MiB
+#: under which Spark keeps a join of one-partition sides in place, and shuffled both. With
+#: no exchange at all a 10k-partition cycle runs as one job instead of 8 jobs, 16 stages and
+#: 46 tasks (bench/pipeline_bench.py; docs/operations.md, "The embedded driver").
+PLAN_DEFAULTS: Mapping[str, str] = {
+    "spark.sql.autoBroadcastJoinThreshold": "-1",
+    "spark.sql.maxSinglePartitionBytes": str(2**62),
+}
+
 #: Settings for a snapshot-sized workload in local mode. ``SparkConfig.conf`` overrides them.
 LOCAL_DEFAULTS: Mapping[str, str] = {
+    **PLAN_DEFAULTS,
     # A cycle's tables are small: 200 shuffle partitions would mean 200 tiny tasks per stage.
     # One partition per shuffle and no adaptive re-planning: measured with
     # bench/pipeline_bench.py, half the cycle time of 2 partitions with AQE at 1k-10k partitions.
@@ -131,6 +145,7 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
 
 #: Settings for a remote master: the workload is still small.
 CLUSTER_DEFAULTS: Mapping[str, str] = {
+    **PLAN_DEFAULTS,
     "spark.sql.shuffle.partitions": "8",
     "spark.sql.adaptive.enabled": "true",
     "spark.ui.showConsoleProgress": "false",
@@ -181,9 +196,9 @@ def java_options(config: SparkConfig, *, short_lived: bool = False) -> str:
 def session_conf(config: SparkConfig, *, short_lived: bool = False) -> dict[str, str]:
     """The Spark settings :func:`spark_session` applies (defaults, then the config's ``conf``)."""
     if config.connect_url:
-        # Static settings (UI, memory, catalog) belong to the Connect server; only the
-        # operator's own runtime settings are sent.
-        return dict(config.conf)
+        # Static settings (UI, memory, catalog) belong to the Connect server; only runtime
+        # settings are sent: the plan's shape, then the operator's own.
+        return {**PLAN_DEFAULTS, **config.conf}
     local = is_local_master(config.master)
     conf = dict(LOCAL_DEFAULTS if local else CLUSTER_DEFAULTS)
     conf["spark.driver.memory"] = config.driver_memory

@@ -21,6 +21,16 @@ embedded (local-mode) session, whose JVM reads this host's files, a table of at 
 :data:`FILE_MIN_ROWS` rows goes in as a Parquet file instead (:class:`Handover`); the plan
 then holds only its path. A remote master or Spark Connect server cannot read our files:
 there every table stays in the plan.
+
+Every input table is ONE partition (:func:`one_partition`), and a join reads its small side
+as a hash table built in the same task (:func:`build_side`), never a broadcast. A snapshot is
+thousands to a few hundred thousand rows: split over partitions, every join and aggregation
+of a cycle needed a shuffle (a stage, its files) or a broadcast (a job of its own), and a
+10k-partition cycle ran 8 jobs, 16 stages and 46 tasks for a few milliseconds of work. On
+one partition a child already satisfies any clustering a join, a window or an aggregation
+asks for, so the planner adds no exchange: the cycle is one job of a few tasks, one per
+output table (``spark.sql.maxSinglePartitionBytes`` in ``session.PLAN_DEFAULTS`` keeps the
+planner from re-shuffling a join of joins, whose size it estimates as a product).
 """
 
 from __future__ import annotations
@@ -129,13 +139,27 @@ def arrow_of(record: type, rows: Sequence[Any]) -> pa.Table:
 def frame_of(
     spark: SparkSession, record: type, rows: Sequence[Any], handover: Handover | None = None
 ) -> DataFrame:
-    """A DataFrame of records; no Spark job runs here."""
+    """A DataFrame of records, one partition; no Spark job runs here."""
     table = arrow_of(record, rows)
     if handover is not None:
         return handover.frame(table, schema_of(record))
     # Empty tables go through Arrow too: ``createDataFrame([])`` (and ``emptyDataFrame``)
     # would make a Python RDD, whose scan starts Python worker processes.
-    return spark.createDataFrame(table, schema_of(record))
+    return one_partition(spark.createDataFrame(table, schema_of(record)))
+
+
+def one_partition(frame: DataFrame) -> DataFrame:
+    """``frame`` as one partition, without a shuffle (``coalesce(1)``): see the module's doc.
+    Every input table goes through here, and so does every union or checkpoint that a join
+    or an aggregation reads (a union of one-partition frames has one partition per branch)."""
+    return frame.coalesce(1)
+
+
+def build_side(frame: DataFrame) -> DataFrame:
+    """The small side of a join: hashed by the task that reads the large side (a shuffled
+    hash join, with no shuffle on one partition), never broadcast: a broadcast is a Spark job
+    of its own per join and cycle."""
+    return frame.hint("shuffle_hash")
 
 
 #: Tables of at least this many rows reach an embedded JVM as files (see the module's doc).
@@ -155,13 +179,14 @@ class Handover:
         self._dir: str | None = None
 
     def frame(self, table: pa.Table, schema: StructType) -> DataFrame:
+        """The table as a one-partition DataFrame (:func:`one_partition`)."""
         if self._min_rows is None or table.num_rows < self._min_rows:
-            return self._spark.createDataFrame(table, schema)
+            return one_partition(self._spark.createDataFrame(table, schema))
         if self._dir is None:
             self._dir = tempfile.mkdtemp(prefix="kte-inputs-")
         path = f"{self._dir}/{uuid.uuid4().hex}.parquet"
         pq.write_table(table, path, compression="none")
-        return self._spark.read.schema(schema).parquet(path)
+        return one_partition(self._spark.read.schema(schema).parquet(path))
 
     def close(self) -> None:
         if self._dir is not None:

@@ -40,7 +40,7 @@ from exporter.model import (
     WatchedTransaction,
 )
 from exporter.pipeline.compute import ComputeStats, compute
-from exporter.pipeline.session import session_conf
+from exporter.pipeline.session import PLAN_DEFAULTS, session_conf
 
 NOW = 1_700_000_000_000
 SEC = 1000
@@ -1391,7 +1391,7 @@ def test_session_conf_local_connect_and_cluster() -> None:
     connect = session_conf(
         SparkConfig(connect_url="sc://spark:15002", conf={"spark.sql.shuffle.partitions": "4"})
     )
-    assert connect == {"spark.sql.shuffle.partitions": "4"}
+    assert connect == {**PLAN_DEFAULTS, "spark.sql.shuffle.partitions": "4"}
 
 
 @pytest.mark.spark
@@ -1424,3 +1424,31 @@ def test_a_cycle_that_read_no_group_offsets_keeps_a_blocked_group_until_a_comple
         assert result.groups is not None
         blocked.append(tuple((b.group, b.blocked_since_ms) for b in result.groups.blocked))
     assert blocked == [(("billing", NOW),), (("billing", NOW),), (("billing", NOW),), ()]
+
+
+def test_a_cycle_runs_as_one_spark_job_with_no_broadcast_and_no_shuffle_between_its_tables(
+    spark: SparkSession,
+) -> None:
+    # Every table is one partition and every join hashes its small side in the same task:
+    # no broadcast (a job of its own per join) and no shuffle between the output tables, so
+    # a cycle is one job. What shuffles are left sit inside the classification, where the
+    # planner's size estimate of a join of joins (the product of its sides) passes even
+    # spark.sql.maxSinglePartitionBytes.
+    context = spark.sparkContext
+    snap = snapshot(
+        producers=[producer(), producer("u", pid=9)],
+        listed_txns=[listed(), listed("slow", pid=8)],
+        txns=[described(), described("slow", pid=8)],
+    )
+    previous = run(spark, snap)
+    context.setJobGroup("one-cycle", "one cycle")
+    try:
+        run(spark, snap, previous=previous, now=NOW + 30 * SEC)
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    tracker = context.statusTracker()
+    jobs = tracker.getJobIdsForGroup("one-cycle")
+    assert len(jobs) == 1
+    info = tracker.getJobInfo(jobs[0])
+    assert info is not None
+    assert len(info.stageIds) <= 6

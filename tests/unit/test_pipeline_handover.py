@@ -79,8 +79,20 @@ def test_large_tables_reach_an_embedded_jvm_as_files_with_the_same_results(
     assert not any(os.path.exists(os.path.dirname(path)) for path in written), "input files left behind"
 
 
+class _InPlan(tuple):  # type: ignore[type-arg]
+    """What the fake sessions below return: a table kept in the plan, one partition."""
+
+    def coalesce(self, partitions: int) -> _InPlan:
+        assert partitions == 1
+        return self
+
+
+def _in_plan(table: Any, schema: Any) -> _InPlan:
+    return _InPlan(("in plan", table.num_rows))
+
+
 def test_a_remote_session_keeps_every_table_in_the_plan() -> None:
-    connect_like = SimpleNamespace(createDataFrame=lambda table, schema: ("in plan", table.num_rows))
+    connect_like = SimpleNamespace(createDataFrame=_in_plan)
     with Handover(connect_like, min_rows=1) as handover:  # type: ignore[arg-type]
         frame: Any = handover.frame(tables.arrow_of(tables.BrokerRow, [tables.BrokerRow(1)]), None)  # type: ignore[arg-type]
     assert frame == ("in plan", 1)
@@ -89,7 +101,7 @@ def test_a_remote_session_keeps_every_table_in_the_plan() -> None:
 def test_a_cluster_master_keeps_every_table_in_the_plan() -> None:
     on_cluster = SimpleNamespace(
         _sc=SimpleNamespace(master="spark://spark-master:7077"),
-        createDataFrame=lambda table, schema: ("in plan", table.num_rows),
+        createDataFrame=_in_plan,
     )
     with Handover(on_cluster, min_rows=1) as handover:  # type: ignore[arg-type]
         frame: Any = handover.frame(tables.arrow_of(tables.BrokerRow, [tables.BrokerRow(1)]), None)  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ from exporter.config import SparkConfig
 from exporter.pipeline.session import (
     CONNECT_PLUGIN,
     LEAN_JVM_OPTIONS,
+    PLAN_DEFAULTS,
     SHORT_LIVED_JVM_OPTIONS,
     session_conf,
 )
@@ -46,8 +47,8 @@ def test_the_cli_endpoint_is_spark_connect_on_loopback() -> None:
     assert conf["spark.connect.grpc.binding.port"] == "15002"
 
 
-def test_a_connect_client_sends_only_the_operators_settings() -> None:
+def test_a_connect_client_sends_the_plan_shape_and_the_operators_settings() -> None:
     conf = session_conf(
         SparkConfig(connect_url="sc://spark:15002", conf={"spark.sql.shuffle.partitions": "1"})
     )
-    assert conf == {"spark.sql.shuffle.partitions": "1"}
+    assert conf == {**PLAN_DEFAULTS, "spark.sql.shuffle.partitions": "1"}
