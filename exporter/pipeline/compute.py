@@ -310,8 +310,7 @@ def _shared(frame: DataFrame, st: ComputeStats) -> DataFrame:
     heap at 10k partitions): the checkpoint is one relation on the server, read by id.
     Measured with bench/pipeline_bench.py (docs/operations.md, "The embedded driver").
 
-    Building the leaf plans the classification (its broadcast joins run here); the time is
-    recorded as ``checkpoint``."""
+    Building the leaf plans the classification; the time is recorded as ``checkpoint``."""
     started = time.perf_counter()
     pinned = one_partition(frame.localCheckpoint(eager=False))
     st.seconds["checkpoint"] = time.perf_counter() - started
@@ -544,8 +543,9 @@ def _classified(
     partition could not be read), with every :class:`Finding` column.
 
     The open transactions are the big side of every join; the coordinator-side tables are
-    each its build side (:func:`~exporter.pipeline.tables.build_side`), and every table is
-    one partition: no shuffle, no broadcast.
+    each its build side (:func:`~exporter.pipeline.tables.build_side`) and every table is
+    one partition: no broadcast, and a shuffle only where the planner's size estimate of a
+    join of joins passes its bound (see ``session.PLAN_DEFAULTS``).
     """
     c = F.col
     b = build_side

@@ -85,11 +85,12 @@ SHORT_LIVED_JVM_OPTIONS: tuple[str, ...] = ("-XX:TieredStopAtLevel=1",)
 #: Runtime SQL settings that give a cycle its plan shape, on every deployment (sent to a
 #: Spark Connect server by the client too): every table is one partition
 #: (``tables.one_partition``), so no join is broadcast (a broadcast is a Spark job of its
-#: own) and no join of joins is re-shuffled. The planner estimates a join's size as the
-#: product of its sides, so after two joins of a 10k-partition snapshot it passed the 128 MiB
-#: under which Spark keeps a join of one-partition sides in place, and shuffled both. With
-#: no exchange at all a 10k-partition cycle runs as one job instead of 8 jobs, 16 stages and
-#: 46 tasks (bench/pipeline_bench.py; docs/operations.md, "The embedded driver").
+#: own), and a join of one-partition sides is kept in place while the planner's estimate of
+#: their size stays under ``maxSinglePartitionBytes`` (128m by default). That estimate is the
+#: product of a join's sides, so after two joins of a 10k-partition snapshot it passed 128m
+#: and both sides were shuffled; raised, only the deepest joins of the classification still
+#: pass it. A 10k-partition cycle runs as one job of 6 stages instead of 8 jobs, 16 stages
+#: and 46 tasks (bench/pipeline_bench.py; docs/operations.md, "The embedded driver").
 PLAN_DEFAULTS: Mapping[str, str] = {
     "spark.sql.autoBroadcastJoinThreshold": "-1",
     "spark.sql.maxSinglePartitionBytes": str(2**62),

@@ -27,10 +27,11 @@ as a hash table built in the same task (:func:`build_side`), never a broadcast. 
 thousands to a few hundred thousand rows: split over partitions, every join and aggregation
 of a cycle needed a shuffle (a stage, its files) or a broadcast (a job of its own), and a
 10k-partition cycle ran 8 jobs, 16 stages and 46 tasks for a few milliseconds of work. On
-one partition a child already satisfies any clustering a join, a window or an aggregation
-asks for, so the planner adds no exchange: the cycle is one job of a few tasks, one per
-output table (``spark.sql.maxSinglePartitionBytes`` in ``session.PLAN_DEFAULTS`` keeps the
-planner from re-shuffling a join of joins, whose size it estimates as a product).
+one partition a child already satisfies the clustering a join, a window or an aggregation
+asks for, so the planner adds no broadcast and no exchange between the output tables: the
+cycle is one job, whose last stage has one task per output table
+(``session.PLAN_DEFAULTS``; a few one-partition shuffles are left inside the
+classification, where the planner's size estimate of a join of joins passes its bound).
 """
 
 from __future__ import annotations
