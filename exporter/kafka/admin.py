@@ -4,7 +4,8 @@
 families, one module each:
 
 * ``metadata``: Metadata (brokers, leaders, replicas), confluent-kafka;
-* ``offsets``: ListOffsets (high watermark, LSO), confluent-kafka;
+* ``offsets``: ListOffsets (high watermark and LSO through the kafka-python protocol; log
+  start offsets, read on demand, through confluent-kafka);
 * ``configs``: DescribeConfigs (confluent-kafka) and ApiVersions (``transaction.version``);
 * ``producers``: DescribeProducers;
 * ``transactions``: ListTransactions, DescribeTransactions, FindCoordinator and the
@@ -314,7 +315,10 @@ class ClusterAdmin:
         tps = list(partitions)
         if not tps:
             return Collected(())
-        return _offsets.partition_offsets(self._admin(), tps, leaders, self.request_timeout_ms, deadline)
+        return self._protocol(
+            lambda c: _offsets.partition_offsets(c, tps, leaders, self.request_timeout_ms, deadline),
+            deadline,
+        )
 
     def log_start_offsets(
         self,
@@ -391,10 +395,12 @@ class ClusterAdmin:
             lambda c: _transactions.probe_visibility(c, self.request_timeout_ms, deadline), deadline
         )
 
-    def transaction_version(self, *, deadline: float | None = None) -> int:
-        """The finalized transaction.version feature level, -1 when the cluster has none."""
+    def transaction_version(self, broker_ids: Iterable[int] = (), *, deadline: float | None = None) -> int:
+        """The finalized transaction.version feature level, -1 when the cluster has none
+        (ApiVersions, asked of ``broker_ids`` in turn; of any broker when none is given)."""
+        ids = tuple(broker_ids)
         return self._protocol(
-            lambda c: _configs.transaction_version(c, self.request_timeout_ms, deadline), deadline
+            lambda c: _configs.transaction_version(c, self.request_timeout_ms, deadline, ids), deadline
         )
 
     def batch_timestamps(

@@ -21,6 +21,9 @@ from exporter.kafka.errors import KafkaUnavailable
 
 log = logging.getLogger(__name__)
 
+#: Requests kafka-python keeps in flight on one broker connection (its default is 5).
+MAX_IN_FLIGHT_PER_CONNECTION = 1000
+
 _PYTHON_NAMES = {
     "security.protocol": "security_protocol",
     "sasl.mechanism": "sasl_mechanism",
@@ -116,6 +119,13 @@ def kafka_python_config(
         "bootstrap_timeout_ms": request_timeout_ms,
         "client_id": "kafka-txn-exporter",
         "reconnect_backoff_max_ms": 5000,
+        # A cycle sends every request of a stage to a broker at once (ListOffsets twice per
+        # leader, DescribeProducers, ListTransactions, a Fetch per hanging start offset...),
+        # and stages overlap. kafka-python pauses a connection at 5 requests in flight and
+        # fails the next send at once (NodeNotReadyError "Node paused"), which the cycle
+        # would count as BROKER_NOT_AVAILABLE. The broker answers one connection's requests
+        # in order either way; librdkafka does not bound them either.
+        "max_in_flight_requests_per_connection": MAX_IN_FLIGHT_PER_CONNECTION,
     }
     for key, value in properties.items():
         if key in _PYTHON_NAMES:

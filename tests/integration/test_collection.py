@@ -23,7 +23,7 @@ from exporter.model import ClusterSnapshot
 from exporter.pipeline.compute import listing_incomplete
 from testbed.broker import BrokerStartError, KafkaCluster, Listener
 from testbed.maven import KafkaDistribution
-from testbed.scenarios import OpenTransaction, run_transaction
+from testbed.scenarios import OpenTransaction, produce_plain, run_transaction
 
 pytestmark = pytest.mark.kafka
 
@@ -116,6 +116,23 @@ def test_no_open_transaction_means_no_re_read(
 
 
 # -- coordinator moves -----------------------------------------------------------------------
+
+
+def test_many_requests_in_flight_to_one_broker_are_all_answered(kafka: KafkaCluster, topic: str) -> None:
+    """A cycle sends a stage's requests to a broker all at once, and stages overlap (two
+    ListOffsets per leader, DescribeProducers, ListTransactions, one Fetch per hanging start
+    offset...). kafka-python pauses a connection at 5 requests in flight by default and fails
+    the sixth at once ("Node paused"): 20 Fetches to one leader must all be answered."""
+    produce_plain(kafka.bootstrap_servers, topic, partition=0, records=20)
+    admin = ClusterAdmin(bootstrap_servers=kafka.bootstrap_servers, request_timeout_ms=REQUEST_TIMEOUT_MS)
+    try:
+        leader = admin.metadata(lambda t: t == topic).leaders[(topic, 0)]
+        result = admin.batch_timestamps({leader: [(topic, 0, offset) for offset in range(20)]})
+    finally:
+        admin.close()
+
+    assert result.errors == ()
+    assert sorted(b.offset for b in result.rows) == list(range(20))
 
 
 def test_a_coordinator_that_moved_during_the_listing_makes_the_listing_incomplete(
