@@ -86,8 +86,10 @@ def classify(
     target: Target, spark: SparkSession, *, partitions: Sequence[tuple[str, int]] | None
 ) -> Classified:
     """One snapshot of ``partitions`` (all when None), classified with hanging confirmed at
-    once: an operator looking now wants this cycle's answer."""
-    from exporter.pipeline.compute import compute
+    once: an operator looking now wants this cycle's answer. Only the findings and the
+    partitions (their LSO lag) are computed: the same classification as the daemon's, without
+    the metric tables a command does not show."""
+    from exporter.pipeline.compute import FINDINGS_OUTPUTS, compute
 
     # The collector owns (and closes) its own clients.
     collector = SnapshotCollector(cluster=target.cluster.name, admin=target.admin())
@@ -97,7 +99,8 @@ def classify(
         collector.close()
     now = int(time.time() * 1000)
     settings = replace(target.pipeline, hanging_confirm_cycles=1, max_findings=_NO_CAP)
-    return Classified(snapshot, compute(spark, snapshot, settings, None, now), now)
+    result = compute(spark, snapshot, settings, None, now, outputs=FINDINGS_OUTPUTS)
+    return Classified(snapshot, result, now)
 
 
 def scope_partitions(

@@ -128,6 +128,35 @@ SEVERITY = (
 
 _FINDING_COLUMNS = tuple(c.name for c in columns_of(Finding))
 
+#: Every output table of a cycle, by the name :func:`compute` collects it under.
+OUTPUT_TABLES = frozenset(
+    {
+        "findings",
+        "class_counts",
+        "unknown_counts",
+        "candidates",
+        "partitions",
+        "brokers",
+        "preparing",
+        "coordinators",
+        "coordinator_states",
+        "coordinator_open",
+        "watched",
+        "aborts",
+        "groups",
+    }
+)
+#: What the operator CLI reads of a cycle (``find-hanging``, ``abort``): the findings, and
+#: the partitions for their LSO lag. The same classification; the daemon's other tables
+#: (brokers, coordinators, counts, the memory carried to a next cycle) are not planned.
+FINDINGS_OUTPUTS = frozenset({"findings", "partitions"})
+#: The outputs that read the classification (brokers through the partition table).
+_READ_CLASSIFIED = frozenset(
+    {"findings", "class_counts", "unknown_counts", "candidates", "partitions", "brokers", "groups"}
+)
+#: The coordinator family: one frame of the coordinators' open-since carry feeds all three.
+_COORDINATOR_OUTPUTS = frozenset({"coordinators", "coordinator_states", "coordinator_open"})
+
 
 @dataclass
 class ComputeStats:
@@ -182,21 +211,28 @@ def compute(
     stats: ComputeStats | None = None,
     groups: GroupsConfig | None = None,
     rules: Sequence[AttributionRule] = BUILTIN_RULES,
+    outputs: frozenset[str] = OUTPUT_TABLES,
 ) -> CycleResult:
     """Classify the cycle's open transactions and compute every metric table.
 
     ``groups``: the cluster's consumer-group family (blast radius), computed in the same
     action when enabled and the snapshot has group offsets; ``rules``: the transactional id
-    -> application attribution.
+    -> application attribution; ``outputs``: the tables to compute (a subset of
+    :data:`OUTPUT_TABLES`; the others are left empty in the result and never planned: the CLI
+    asks for :data:`FINDINGS_OUTPUTS`). Only a daemon's cycle, which computes them all, may
+    hand ``result.memory`` to the next cycle.
 
     ``memory`` is what the previous cycle of this cluster returned (``result.memory``), or
     None on the first cycle. Never raises because of what the snapshot lacks: a table whose
     source failed is empty, and transactions whose evidence is missing are ``UNKNOWN``.
     """
+    unknown = outputs - OUTPUT_TABLES
+    if unknown:
+        raise ValueError(f"no such output table: {', '.join(sorted(unknown))}")
     st = stats if stats is not None else ComputeStats()
     mem = memory if memory is not None else PipelineMemory()
     with Handover(spark) as handover:
-        rows = _compute_rows(spark, snapshot, settings, mem, now_ms, st, groups, rules, handover)
+        rows = _compute_rows(spark, snapshot, settings, mem, now_ms, st, groups, rules, handover, outputs)
     result = _assemble(snapshot, settings, mem, rows, now_ms)
     if log.isEnabledFor(logging.DEBUG):
         log.debug(
@@ -220,39 +256,52 @@ def _compute_rows(
     groups: GroupsConfig | None,
     rules: Sequence[AttributionRule],
     handover: Handover,
+    outputs: frozenset[str],
 ) -> dict[str, list[Any]]:
-    """Every output table's rows, by table name, from one Spark action."""
+    """The output tables' rows, by table name, from one Spark action."""
     t = Tables(spark, snapshot, handover)
     out: dict[str, tuple[type, DataFrame]] = {}
+    want = outputs.__contains__
 
     classified: DataFrame | None = None
     if any(p.current_txn_start_offset >= 0 for p in snapshot.producers) or mem.candidates:
-        classified = _shared(_classified(spark, t, snapshot, settings, mem, now_ms, rules), st)
-        out["findings"] = (Finding, _findings(classified, settings.max_findings))
-        out["class_counts"] = (ClassCount, classified.groupBy("txn_class").count())
-        out["unknown_counts"] = (
-            UnknownCount,
-            classified.where(F.col("unknown_reason").isNotNull())
-            .groupBy(F.col("unknown_reason").alias("reason"))
-            .count(),
-        )
-        out["candidates"] = (
-            _CandidateRow,
-            classified.where(F.col("candidate_cycles").isNotNull()).select(
-                *_FINDING_COLUMNS, F.col("candidate_cycles").alias("previous_cycles")
-            ),
-        )
+        classified = _classified(spark, t, snapshot, settings, mem, now_ms, rules)
+        if len(outputs & _READ_CLASSIFIED) > 1:
+            classified = _shared(classified, st)
+        if want("findings"):
+            out["findings"] = (Finding, _findings(classified, settings.max_findings))
+        if want("class_counts"):
+            out["class_counts"] = (ClassCount, classified.groupBy("txn_class").count())
+        if want("unknown_counts"):
+            out["unknown_counts"] = (
+                UnknownCount,
+                classified.where(F.col("unknown_reason").isNotNull())
+                .groupBy(F.col("unknown_reason").alias("reason"))
+                .count(),
+            )
+        if want("candidates"):
+            out["candidates"] = (
+                _CandidateRow,
+                classified.where(F.col("candidate_cycles").isNotNull()).select(
+                    *_FINDING_COLUMNS, F.col("candidate_cycles").alias("previous_cycles")
+                ),
+            )
     if not t.empty("partitions") or classified is not None:
         partitions = _partition_frame(t, classified)
-        out["partitions"] = (PartitionMetrics, _published_partitions(partitions, settings))
-        out["brokers"] = (BrokerMetrics, _broker_frame(t, classified, partitions))
-    elif not (t.empty("brokers") and t.empty("broker_configs")):
+        if want("partitions"):
+            out["partitions"] = (PartitionMetrics, _published_partitions(partitions, settings))
+        if want("brokers"):
+            out["brokers"] = (BrokerMetrics, _broker_frame(t, classified, partitions))
+    elif want("brokers") and not (t.empty("brokers") and t.empty("broker_configs")):
         out["brokers"] = (BrokerMetrics, _broker_frame(t, None, None))
     preparing = None
-    if mem.preparing or any(x.state in PREPARE_STATES for x in snapshot.listed_transactions):
+    if (want("preparing") or want("coordinators")) and (
+        mem.preparing or any(x.state in PREPARE_STATES for x in snapshot.listed_transactions)
+    ):
         preparing = _preparing_frame(spark, t, mem, snapshot.taken_at_ms)
-        out["preparing"] = (PreparingTransaction, preparing)
-    if (
+        if want("preparing"):
+            out["preparing"] = (PreparingTransaction, preparing)
+    if outputs & _COORDINATOR_OUTPUTS and (
         snapshot.coordinators_listed
         or snapshot.transactions
         or snapshot.listed_transactions
@@ -261,12 +310,18 @@ def _compute_rows(
         open_since = _coordinator_open_frame(
             spark, t, mem, _unread_coordinators(snapshot), snapshot.taken_at_ms
         )
-        out["coordinators"] = (CoordinatorMetrics, _coordinator_frame(t, now_ms, preparing, open_since))
-        out["coordinator_states"] = (CoordinatorStateCount, _coordinator_state_frame(t))
-        out["coordinator_open"] = (CoordinatorOpenSince, open_since)
-    if any(d.state == "Ongoing" for d in snapshot.transactions):
+        if want("coordinators"):
+            out["coordinators"] = (
+                CoordinatorMetrics,
+                _coordinator_frame(t, now_ms, preparing, open_since),
+            )
+        if want("coordinator_states"):
+            out["coordinator_states"] = (CoordinatorStateCount, _coordinator_state_frame(t))
+        if want("coordinator_open"):
+            out["coordinator_open"] = (CoordinatorOpenSince, open_since)
+    if want("watched") and any(d.state == "Ongoing" for d in snapshot.transactions):
         out["watched"] = (WatchedTransaction, _watched_frame(t, snapshot.taken_at_ms))
-    if mem.watched and not t.empty("transactions"):
+    if want("aborts") and mem.watched and not t.empty("transactions"):
         out["aborts"] = (
             CoordinatorTimeoutAbort,
             _timeout_abort_frame(spark, t, mem, _transaction_version(snapshot), now_ms),
@@ -276,7 +331,7 @@ def _compute_rows(
     # an LSO: kept through a lost group collection (their blocked series and page go on), or
     # ended by a complete one that no longer shows them.
     waiting = bool(mem.groups.at_lso)
-    if groups is not None and groups.enabled and (snapshot.group_offsets or waiting):
+    if want("groups") and groups is not None and groups.enabled and (snapshot.group_offsets or waiting):
         inputs = group_input_frames(
             spark, snapshot.group_offsets, snapshot.consumable_checks, mem.groups, handover
         )
@@ -296,7 +351,7 @@ def _compute_rows(
 
 
 def _shared(frame: DataFrame, st: ComputeStats) -> DataFrame:
-    """A frame every output of the cycle reads, made one leaf of the cycle's plan: a lazy
+    """A frame several outputs of the cycle read, made one leaf of the cycle's plan: a lazy
     local checkpoint (``localCheckpoint(eager=False)``), computed once inside the cycle's one
     action and kept in the driver's block manager until the frame is collected.
 
@@ -309,6 +364,10 @@ def _shared(frame: DataFrame, st: ComputeStats) -> DataFrame:
     was analysed six times with every input table inside each copy (a 512m server ran out of
     heap at 10k partitions): the checkpoint is one relation on the server, read by id.
     Measured with bench/pipeline_bench.py (docs/operations.md, "The embedded driver").
+
+    The CLI's two outputs (findings and partitions) read the classification too, and the
+    checkpoint pays there as well: on a warm Connect engine at 3000 partitions those two
+    outputs took 0.9-1.3 s with it and 1.3-1.6 s with the classification in the plan twice.
 
     Building the leaf plans the classification; the time is recorded as ``checkpoint``."""
     started = time.perf_counter()

@@ -39,7 +39,7 @@ from exporter.model import (
     UnknownReason,
     WatchedTransaction,
 )
-from exporter.pipeline.compute import ComputeStats, compute
+from exporter.pipeline.compute import FINDINGS_OUTPUTS, ComputeStats, compute
 from exporter.pipeline.session import PLAN_DEFAULTS, session_conf
 
 NOW = 1_700_000_000_000
@@ -1424,6 +1424,30 @@ def test_a_cycle_that_read_no_group_offsets_keeps_a_blocked_group_until_a_comple
         assert result.groups is not None
         blocked.append(tuple((b.group, b.blocked_since_ms) for b in result.groups.blocked))
     assert blocked == [(("billing", NOW),), (("billing", NOW),), (("billing", NOW),), ()]
+
+
+def test_the_clis_outputs_are_the_daemons_findings_and_partitions_and_nothing_else(
+    spark: SparkSession,
+) -> None:
+    # find-hanging and abort read the findings and the partitions' LSO lag: the same
+    # classification computes them, without the daemon's other tables.
+    snap = snapshot(
+        producers=[producer(), producer("u", pid=9), producer("t", 1, pid=8)],
+        listed_txns=[listed(), listed("slow", pid=8)],
+        txns=[described(), described("slow", pid=8)],
+    )
+    everything = run(spark, snap)
+    cli = compute(spark, snap, AT_ONCE, None, NOW, outputs=FINDINGS_OUTPUTS)
+    assert cli.findings == everything.findings
+    assert [f.txn_class for f in cli.findings] == [TxnClass.HANGING, TxnClass.HANGING]
+    assert cli.partitions == everything.partitions
+    assert everything.brokers and everything.coordinators
+    assert cli.brokers == () and cli.coordinators == () and cli.memory.candidates == ()
+
+
+def test_an_unknown_output_table_is_refused(spark: SparkSession) -> None:
+    with pytest.raises(ValueError, match="no such output table: metrics"):
+        compute(spark, snapshot(), AT_ONCE, None, NOW, outputs=frozenset({"findings", "metrics"}))
 
 
 def test_a_cycle_runs_as_one_spark_job_with_no_broadcast_and_no_shuffle_between_its_tables(
