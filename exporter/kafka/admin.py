@@ -395,12 +395,10 @@ class ClusterAdmin:
             lambda c: _transactions.probe_visibility(c, self.request_timeout_ms, deadline), deadline
         )
 
-    def transaction_version(self, broker_ids: Iterable[int] = (), *, deadline: float | None = None) -> int:
-        """The finalized transaction.version feature level, -1 when the cluster has none
-        (ApiVersions, asked of ``broker_ids`` in turn; of any broker when none is given)."""
-        ids = tuple(broker_ids)
+    def transaction_version(self, *, deadline: float | None = None) -> int:
+        """The finalized transaction.version feature level, -1 when the cluster has none."""
         return self._protocol(
-            lambda c: _configs.transaction_version(c, self.request_timeout_ms, deadline, ids), deadline
+            lambda c: _configs.transaction_version(c, self.request_timeout_ms, deadline), deadline
         )
 
     def batch_timestamps(

@@ -436,7 +436,7 @@ class SnapshotCollector:
     ) -> Collected[BrokerConfig]:
         configs = self.admin.broker_configs(broker_ids, deadline=deadline)
         try:
-            version = self.admin.transaction_version(broker_ids, deadline=deadline)
+            version = self.admin.transaction_version(deadline=deadline)
         except Exception as e:  # the feature level is exported; its failure is counted
             failed: Gather[BrokerConfig] = Gather("ApiVersions")
             failed.fail(e)

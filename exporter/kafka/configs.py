@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from exporter.kafka._protocol import ProtocolClient
@@ -58,17 +58,8 @@ def broker_config(broker_id: int, values: Mapping[str, str | None]) -> BrokerCon
     )
 
 
-def transaction_version(
-    client: ProtocolClient,
-    request_timeout_ms: int,
-    deadline: float | None,
-    broker_ids: Sequence[int] = (),
-) -> int:
+def transaction_version(client: ProtocolClient, request_timeout_ms: int, deadline: float | None) -> int:
     """The finalized transaction.version feature level, -1 when the cluster has none.
-
-    Every broker knows the finalized features: asked of ``broker_ids`` in turn until one
-    answers (any broker when none is given), so that one broker down does not lose the
-    feature level for the cycle.
 
     Raises KafkaRequestError when no broker answered ApiVersions."""
     from kafka import __version__ as client_version
@@ -78,15 +69,10 @@ def transaction_version(
     request = ApiVersionsRequest(
         client_software_name="kafka-txn-exporter", client_software_version=client_version, min_version=3
     )
-    candidates: list[int | None] = [*broker_ids] or [None]
-    for i, candidate in enumerate(candidates):
-        wait_ms = timeout_ms(request_timeout_ms, deadline, api)
-        [(_, broker_id, response)] = client.run(client.send_all, [(None, candidate, request)], wait_ms)
-        if not isinstance(response, BaseException):
-            break
-        if i == len(candidates) - 1:
-            message = str(response)[:200]
-            raise KafkaRequestError(api, error_name(response), broker_id=broker_id, message=message)
+    wait_ms = timeout_ms(request_timeout_ms, deadline, api)
+    [(_, broker_id, response)] = client.run(client.send_all, [(None, None, request)], wait_ms)
+    if isinstance(response, BaseException):
+        raise KafkaRequestError(api, error_name(response), broker_id=broker_id, message=str(response)[:200])
     gather: Gather[int] = Gather(api)
     if not gather.ok(response.error_code, broker_id=broker_id):
         raise KafkaRequestError(api, gather.errors[0].error, broker_id=broker_id)

@@ -1,6 +1,7 @@
-"""ListOffsets (high watermark and LSO) and the ApiVersions feature read, on a fake protocol
-client: what is asked of which broker, and how answers and failures become rows and errors.
-The real brokers' side is in tests/integration/test_collection.py."""
+"""ListOffsets (high watermark and LSO) on a fake protocol client: what is asked of which
+broker, and how answers and failures become rows and errors. The real brokers' side: the
+LSO lag against the broker's JMX gauge in tests/integration/test_daemon.py, and many
+requests in flight to one leader in tests/integration/test_collection.py."""
 
 from __future__ import annotations
 
@@ -8,12 +9,9 @@ from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
 from kafka.errors import KafkaConnectionError
 from kafka.protocol.consumer.offsets import IsolationLevel
 
-from exporter.kafka.configs import transaction_version
-from exporter.kafka.errors import KafkaRequestError
 from exporter.kafka.offsets import partition_offsets
 from exporter.model import PartitionOffsets
 
@@ -125,34 +123,3 @@ def test_an_answer_without_error_but_without_an_offset_is_offset_not_available()
     result = partition_offsets(client, leaders, leaders, 5000, None)  # type: ignore[arg-type]
 
     assert [(e.topic, e.partition, e.error) for e in result.errors] == [("a", 0, "OFFSET_NOT_AVAILABLE")]
-
-
-def features_answer(level: int) -> Any:
-    return SimpleNamespace(
-        error_code=0,
-        finalized_features=[SimpleNamespace(name="transaction.version", max_version_level=level)],
-    )
-
-
-def test_the_feature_level_is_asked_of_the_named_brokers_in_turn_until_one_answers() -> None:
-    def answer(broker_id: int | None, request: Any) -> Any:
-        return KafkaConnectionError("refused") if broker_id == 1 else features_answer(2)
-
-    client = FakeProtocolClient(answer)
-
-    assert transaction_version(client, 5000, None, [1, 2, 3]) == 2  # type: ignore[arg-type]
-    assert [broker for broker, _ in client.sent] == [1, 2]
-
-
-def test_no_broker_answering_the_feature_read_names_the_last_one_asked() -> None:
-    client = FakeProtocolClient(lambda broker_id, request: KafkaConnectionError("refused"))
-
-    with pytest.raises(KafkaRequestError) as failure:
-        transaction_version(client, 5000, None, [1, 2])  # type: ignore[arg-type]
-
-    assert (failure.value.api, failure.value.error, failure.value.broker_id) == (
-        "ApiVersions",
-        "BROKER_NOT_AVAILABLE",
-        2,
-    )
-    assert [broker for broker, _ in client.sent] == [1, 2]
