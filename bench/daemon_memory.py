@@ -13,7 +13,11 @@ JVM start included), then runs each variant of ``--variants``:
   from the pyspark wheel (the exporter starts no JVM; the server's RSS is reported apart);
 * a ``+cli`` suffix (``512m+cli``): the daemon serves its warm engine on a loopback Connect
   endpoint (``spark.connect_server_port``) and, after the sampling, ``find-hanging`` of the
-  CLI is timed against it; ``--cli`` also times the CLI cold (no engine reachable).
+  CLI is timed against it; ``--cli`` also times the CLI cold (no engine reachable);
+* a ``+archive`` suffix (``512m+archive``): the embedded driver maps the class archive that
+  ``kafka-txn-exporter class-archive`` writes first, as the image ships it (the Dockerfile
+  writes one and sets ``$KAFKA_TXN_EXPORTER_SPARK_CLASS_ARCHIVE``); the variants without
+  the suffix start the JVM without one, as a ``pip install`` does.
 
 Each daemon runs (interval ``--interval``) for at least ``--duration`` seconds and
 ``--min-cycles`` cycles (cap ``--max-duration``), then gets SIGTERM. Every second: the RSS
@@ -204,22 +208,30 @@ class Sample:
 
 @dataclass(frozen=True)
 class Variant:
-    """One daemon run: ``[Nx]MEMORY[+cli]`` or ``connect``."""
+    """One daemon run: ``[Nx]MEMORY[+cli][+archive]`` or ``connect``."""
 
     name: str
     driver_memory: str = "512m"
     clusters: int = 1
     connect: bool = False
     cli: bool = False
+    #: The embedded driver maps the class archive (as the image ships).
+    archive: bool = False
 
     @classmethod
     def parse(cls, text: str) -> Variant:
         name = text.strip()
-        rest, cli = (name[:-4], True) if name.endswith("+cli") else (name, False)
+        rest, *suffixes = name.split("+")
+        unknown = set(suffixes) - {"cli", "archive"}
+        if unknown or not rest:
+            raise ValueError(f"variant {name!r}: expected [Nx]MEMORY[+cli][+archive] or connect[+cli]")
+        cli, archive = "cli" in suffixes, "archive" in suffixes
         if rest == "connect":
+            if archive:
+                raise ValueError(f"variant {name!r}: thin mode starts no JVM to map an archive")
             return cls(name, connect=True, cli=cli)
         count, _, memory = rest.rpartition("x")
-        return cls(name, driver_memory=memory, clusters=int(count) if count else 1, cli=cli)
+        return cls(name, driver_memory=memory, clusters=int(count) if count else 1, cli=cli, archive=archive)
 
     @property
     def cluster_names(self) -> list[str]:
@@ -452,7 +464,11 @@ def run_variant(
     max_duration_s: float,
     work: Path,
     connect_url: str | None = None,
+    class_archive: Path | None = None,
 ) -> VariantResult:
+    """One daemon run; ``class_archive``: the archive a ``+archive`` variant maps."""
+    if variant.archive and class_archive is None:
+        raise ValueError(f"variant {variant.name}: no class archive was written")
     port = free_port()
     cli_port = free_port() if variant.cli and not variant.connect else None
     config = write_config(
@@ -461,10 +477,18 @@ def run_variant(
     result = VariantResult(variant, log_path=str(work / f"daemon-{variant.name}.log"))
     first = variant.cluster_names[0]
     cmd = [*exporter_command(), "run", "--config.file", str(config)]
+    env = {k: v for k, v in os.environ.items() if k != CLASS_ARCHIVE_ENV}
+    if variant.archive:
+        env[CLASS_ARCHIVE_ENV] = str(class_archive)
     progress(f"[{variant.name}] starting: {' '.join(cmd)}")
     with open(result.log_path, "wb") as out:
         proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
         )
     started = time.monotonic()
     last = Scrape()
@@ -778,7 +802,9 @@ def figure(name: str, value: float) -> None:
 def print_figures(results: Sequence[VariantResult], brokers: int, partitions: int, extra: Extra) -> None:
     """Machine-readable figures for bench/run.py's targets table."""
     where = f"{brokers}b_{partitions}p"
-    single = [r for r in results if r.variant.clusters == 1 and not r.variant.connect]
+    one = [r for r in results if r.variant.clusters == 1 and not r.variant.connect]
+    single = [r for r in one if not r.variant.archive]
+    archived = [r for r in one if r.variant.archive]
     many = [r for r in results if r.variant.clusters > 1]
     thin = [r for r in results if r.variant.connect]
     print()
@@ -791,6 +817,13 @@ def print_figures(results: Sequence[VariantResult], brokers: int, partitions: in
         figure(f"rss_peak_mib@{where}", r.peak("total"))
         figure(f"rss_slope_mib_min@{where}", r.growth_mib_per_min())
         figure(f"run_s@{where}", r.run_s)
+    if archived:
+        # As the image ships: the driver maps the class archive the Dockerfile writes.
+        r = archived[0]
+        figure(f"first_cycle_archive_s@{where}", r.first_cycle_at_s)
+        figure(f"daemon_cycle_archive_s@{where}", r.warm_cycle_s())
+        figure(f"rss_peak_archive_mib@{where}", r.peak("total"))
+        figure(f"rss_slope_archive_mib_min@{where}", r.growth_mib_per_min())
     warm = [r for r in results if not math.isnan(r.cli_warm_s)]
     if warm:
         figure("cli_warm_s", warm[0].cli_warm_s)
@@ -855,7 +888,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     if args.partitions < 120:
         parser.error("--partitions must be >= 120")
-    variants = [Variant.parse(v) for v in args.variants.split(",") if v.strip()]
+    try:
+        variants = [Variant.parse(v) for v in args.variants.split(",") if v.strip()]
+    except ValueError as e:
+        parser.error(str(e))
     started = time.monotonic()
     results: list[VariantResult] = []
     extra = Extra()
@@ -880,15 +916,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 bootstrap, engine_port=0, log_path=work / "cli-cold.log"
             )
             progress(f"CLI find-hanging cold: {extra.cli_cold_s:.2f} s (exit {extra.cli_cold_exit})")
-            archive = write_class_archive(work)
-            if archive is not None:
-                extra.cli_cold_archive_s, extra.cli_cold_archive_exit = time_cli_find_hanging(
-                    bootstrap, engine_port=0, log_path=work / "cli-cold.log", class_archive=archive
-                )
-                progress(
-                    f"CLI find-hanging cold, class archive mapped: {extra.cli_cold_archive_s:.2f} s "
-                    f"(exit {extra.cli_cold_archive_exit})"
-                )
+        archive = write_class_archive(work) if args.cli or any(v.archive for v in variants) else None
+        if archive is None and any(v.archive for v in variants):
+            progress("no class archive: the +archive variants are skipped")
+            variants = [v for v in variants if not v.archive]
+        if args.cli and archive is not None:
+            extra.cli_cold_archive_s, extra.cli_cold_archive_exit = time_cli_find_hanging(
+                bootstrap, engine_port=0, log_path=work / "cli-cold.log", class_archive=archive
+            )
+            progress(
+                f"CLI find-hanging cold, class archive mapped: {extra.cli_cold_archive_s:.2f} s "
+                f"(exit {extra.cli_cold_archive_exit})"
+            )
         try:
             with CommitLoop(bootstrap, "bench-txn", range(20, 100)) as loop:
                 for variant in variants:
@@ -904,7 +943,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             results.append(run_variant(bootstrap, variant, connect_url=url, **common))
                             extra.connect_server_rss_mib = rss_mib(server_pid)
                     else:
-                        results.append(run_variant(bootstrap, variant, **common))
+                        results.append(run_variant(bootstrap, variant, class_archive=archive, **common))
             description = (
                 f"{traffic.describe()}; during the runs a producer committed "
                 f"{loop.committed} small transactions (1/s), {loop.failures} failed"

@@ -7,9 +7,10 @@ In order, each as a subprocess with a time limit, its output streamed as it come
 3. ``bench/groups_bench.py``: what the consumer-group family adds to a cycle (1000 x 100);
 4. ``bench/collect_bench.py``: collection, ours vs naive vs Kafka's find-hanging;
 5. ``bench/daemon_memory.py`` on 1 broker / 3000 partitions: the daemon's cycle against
-   Kafka's find-hanging, first cycle, 5 clusters in one process, thin (Connect) mode, the
-   CLI's find-hanging warm and cold;
-6. the same at 10k partitions for 5+ minutes: RSS peak and slope after minute 2;
+   Kafka's find-hanging, first cycle (without and with the class archive the image ships),
+   5 clusters in one process, thin (Connect) mode, the CLI's find-hanging warm and cold;
+6. the same at 10k partitions for 5+ minutes, without and with the class archive: RSS peak
+   and slope after minute 2;
 7. the same on 3 brokers / 10k partitions: the daemon's cycle against Kafka's find-hanging.
 
 Then one table: each figure beside its target and its anchor (the figure before this work,
@@ -64,7 +65,7 @@ STEPS = (
             "--partitions",
             "3000",
             "--variants",
-            "512m+cli,5x512m,connect",
+            "512m+cli,512m+archive,5x512m,connect",
             "--cli",
             "--duration",
             "60",
@@ -75,7 +76,7 @@ STEPS = (
             "--partitions",
             "1000",
             "--variants",
-            "512m+cli,5x512m,connect",
+            "512m+cli,512m+archive,5x512m,connect",
             "--cli",
             "--duration",
             "40",
@@ -93,7 +94,7 @@ STEPS = (
             "--partitions",
             "10000",
             "--variants",
-            "512m",
+            "512m,512m+archive",
             "--duration",
             "330",
             "--max-duration",
@@ -105,7 +106,7 @@ STEPS = (
             "--partitions",
             "10000",
             "--variants",
-            "512m",
+            "512m,512m+archive",
             "--duration",
             "150",
             "--min-cycles",
@@ -186,11 +187,29 @@ TARGETS: tuple[tuple[str, tuple[str, ...], tuple[str, float] | None, str], ...] 
     ("CLI find-hanging, cold, class archive (s)", ("cli_cold_archive_s",), ("<=", 10.0), "17.5"),
     ("RSS peak, embedded, 10k (MiB)", ("rss_peak_mib@1b_10000p",), ("<=", 768), "1078 (3000 p.)"),
     ("RSS slope, embedded, 10k (MiB/min)", ("rss_slope_mib_min@1b_10000p",), ("<=", 1.0), "+87 (1st minute)"),
+    (
+        "RSS peak, 10k, class archive as shipped (MiB)",
+        ("rss_peak_archive_mib@1b_10000p",),
+        ("<=", 768),
+        "1078 (3000 p.)",
+    ),
+    (
+        "RSS slope, 10k, class archive as shipped",
+        ("rss_slope_archive_mib_min@1b_10000p",),
+        ("<=", 1.0),
+        "+87 (1st minute)",
+    ),
     ("RSS peak, embedded, 1 broker (MiB)", ("rss_peak_mib@1b_3000p", "rss_peak_mib@1b_1000p"), None, "1078"),
     ("RSS, thin (Connect) mode (MiB)", ("thin_rss_mib",), ("<=", 200), "-"),
     (
         "first cycle published after start (s)",
         ("first_cycle_s@1b_3000p", "first_cycle_s@1b_"),
+        ("<=", 12.0),
+        "22",
+    ),
+    (
+        "first cycle, class archive as shipped (s)",
+        ("first_cycle_archive_s@1b_3000p", "first_cycle_archive_s@1b_"),
         ("<=", 12.0),
         "22",
     ),
