@@ -251,7 +251,62 @@ def spark_session(config: SparkConfig, *, short_lived: bool = False) -> SparkSes
     if not config.connect_url:
         # Only a classic session has a SparkContext; with Connect the server owns logging.
         session.sparkContext.setLogLevel("ERROR")
+        cache_function_lookups(session)
     return session
+
+
+#: The JVM classes a classic session reaches through py4j for every column expression and
+#: DataFrame step, by the name PySpark uses (its JVM view imports their packages) and by their
+#: full name: ``pyspark.sql.functions`` (``F.col``, ``F.lit``, ``F.when`` ..., and every column
+#: named by a string or literal), the conversion of argument lists, Arrow input tables.
+LOOKED_UP_ONCE: Mapping[str, str] = {
+    "functions": "org.apache.spark.sql.functions",
+    "PythonUtils": "org.apache.spark.api.python.PythonUtils",
+    "PythonSQLUtils": "org.apache.spark.sql.api.python.PythonSQLUtils",
+}
+
+
+class _StaticMembers:
+    """A py4j ``JavaClass`` whose static methods (and nested classes) are looked up once: the
+    first lookup of a name asks the JVM, as py4j does every time, and keeps the member on this
+    object. A static field is read from the JVM at every lookup, as before (its value may
+    change)."""
+
+    def __init__(self, java_class: Any) -> None:
+        self._java_class = java_class
+
+    def __getattr__(self, name: str) -> Any:
+        from py4j.java_gateway import JavaClass, JavaMember
+
+        member = getattr(self._java_class, name)
+        if isinstance(member, JavaMember | JavaClass):
+            setattr(self, name, member)  # found on the instance from now on: no __getattr__
+        return member
+
+
+def cache_function_lookups(session: SparkSession) -> None:
+    """Let a classic session reach the classes of :data:`LOOKED_UP_ONCE` without reflection.
+
+    For every ``F.col`` (and every other function, column named by a string, list of
+    arguments) PySpark finds the class and then the method by name through py4j: two round
+    trips to the JVM before the call itself, and py4j caches neither. A warm cycle at 10 000
+    partitions of bench/pipeline_bench.py's snapshot made 3333 round trips, 964 of them such
+    lookups; answered here, warm cycles took less time (docs/operations.md, "The embedded
+    driver"). The JVM calls themselves are the same ones.
+
+    The methods are static, bound to no JVM object, and are kept on the gateway's JVM view:
+    a new gateway (a restarted session) starts without them. A Connect session has no JVM
+    view and is left alone."""
+    context = getattr(session, "_sc", None)
+    jvm = getattr(context, "_jvm", None)
+    if jvm is None:
+        return
+    for name, fqn in LOOKED_UP_ONCE.items():
+        if isinstance(vars(jvm).get(name), _StaticMembers):
+            continue
+        members = _StaticMembers(getattr(jvm, fqn))
+        vars(jvm)[fqn] = members  # getattr(jvm, full name): pyspark.sql.functions
+        vars(jvm)[name] = members  # jvm.functions.col, jvm.PythonUtils.toSeq, ...
 
 
 def local_jvm_pid(session: Any) -> int | None:
