@@ -3,8 +3,10 @@ counts, and what is carried from one cycle to the next. No broker; the shared Sp
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
@@ -18,7 +20,8 @@ from exporter.model import (
     GroupsResult,
     TxnClass,
 )
-from exporter.pipeline.groups import compute_groups
+from exporter.pipeline.groups import compute_groups, group_frames, group_input_frames
+from exporter.pipeline.tables import one_partition
 
 pytestmark = pytest.mark.spark
 
@@ -38,12 +41,20 @@ def partitions(spark: SparkSession, rows: Sequence[Partition]) -> DataFrame:
     )
 
 
+TXN_TYPES = (
+    ("topic", "string"),
+    ("partition", "int"),
+    ("start_offset", "long"),
+    ("transactional_id", "string"),
+    ("producer_id", "long"),
+    ("txn_class", "string"),
+    ("duration_ms", "long"),
+)
+TXN_COLUMNS = tuple(name for name, _ in TXN_TYPES)
+
+
 def transactions(spark: SparkSession, rows: Sequence[Txn]) -> DataFrame:
-    return spark.createDataFrame(
-        list(rows),
-        "topic string, partition int, start_offset long, transactional_id string, "
-        "producer_id long, txn_class string, duration_ms long",
-    )
+    return spark.createDataFrame(list(rows), ", ".join(f"{name} {kind}" for name, kind in TXN_TYPES))
 
 
 def offset(
@@ -136,6 +147,21 @@ def test_lag_sums_partitions_of_a_topic_and_per_partition_rows_are_opt_in(spark:
         GroupLag("g", TOPIC, 6, 5, partition=0),
         GroupLag("g", TOPIC, 2, 0, partition=1),
     )
+
+
+def test_a_group_whose_rows_disagree_on_its_state_still_has_one_lag_and_one_summary(
+    spark: SparkSession,
+) -> None:
+    """The collector gives every row of a group one state; the family must not depend on it
+    (the state is a grouping key of the per-topic aggregation, not a max())."""
+    offsets = [
+        offset("g", 4, partition=0),
+        dataclasses.replace(offset("g", 7, partition=1, pending=True), group_state="Empty", coordinator_id=2),
+    ]
+    [result] = cycles(spark, offsets, [(TOPIC, 0, 15, 10), (TOPIC, 1, 9, 9)], [], 1)
+    assert result.lags == (GroupLag("g", TOPIC, consumable_lag=8, blocked_lag=5),)
+    [summary] = result.groups
+    assert (summary.group_state, summary.coordinator_id, summary.unstable_offset_commits) == ("Stable", 2, 1)
 
 
 def test_a_moving_lso_never_blocks_and_restarts_the_count(spark: SparkSession) -> None:
@@ -316,3 +342,34 @@ def test_nothing_committed_yields_no_lag(spark: SparkSession) -> None:
     [result] = cycles(spark, [offset("new", -1)], [(TOPIC, 0, 15, 10)], [], 1)
     assert result.lags == ()
     assert [g.group for g in result.groups] == ["new"]
+
+
+def test_a_cycle_without_checks_or_carry_shuffles_nothing(spark: SparkSession) -> None:
+    """Every input is one partition (Arrow tables, as the daemon's cycle hands them over), so
+    no join or aggregation of the family needs an exchange, also when the consumable checks
+    and the carried tables are empty (the usual cycle): an empty input sized as unknown
+    (8 EiB) made the planner shuffle every join above it, the 100k offset rows of 1000
+    groups x 100 partitions twice."""
+    inputs = group_input_frames(spark, [offset(f"g{i}", 10, partition=p) for i in range(3) for p in range(2)])
+    parts = one_partition(
+        spark.createDataFrame(
+            pa.table(
+                {
+                    "topic": [TOPIC, TOPIC],
+                    "partition": [0, 1],
+                    "high_watermark": [15, 15],
+                    "last_stable_offset": [10, 15],
+                }
+            ),
+            "topic string, partition int, high_watermark long, last_stable_offset long",
+        )
+    )
+    txns = one_partition(
+        spark.createDataFrame(
+            pa.table({name: [value] for name, value in zip(TXN_COLUMNS, OPEN_AT_10, strict=True)}),
+            ", ".join(f"{name} {kind}" for name, kind in TXN_TYPES),
+        )
+    )
+    frames = group_frames(inputs, parts, txns, CONFIG, T0)
+    plan = frames.single()._jdf.queryExecution().executedPlan().toString()
+    assert "Exchange" not in plan, plan
