@@ -124,7 +124,18 @@ def _frame(
     schema: StructType,
     handover: Handover | None = None,
 ) -> DataFrame:
-    """Rows as a DataFrame through Arrow (no Python worker), an empty table too.
+    """Rows (tuples in the schema's order) as a DataFrame: :func:`_columns_frame`."""
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(schema.fields)
+    return _columns_frame(spark, columns, schema, handover)
+
+
+def _columns_frame(
+    spark: SparkSession,
+    columns: Sequence[Sequence[object]],
+    schema: StructType,
+    handover: Handover | None = None,
+) -> DataFrame:
+    """Columns as a DataFrame through Arrow (no Python worker), an empty table too.
 
     An empty table made by ``createDataFrame([])`` is an RDD scan, which Spark sizes at
     ``spark.sql.defaultSizeInBytes`` (8 EiB) for want of statistics. A join's estimate is
@@ -133,7 +144,6 @@ def _frame(
     again: the family's plan at 1000 groups x 100 partitions, with no consumable check and
     no carry (the usual cycle), had 14 exchanges, two of them over the 100k offset rows.
     An empty Arrow table is a ``LocalRelation`` of size 0: none."""
-    columns = list(zip(*rows, strict=True)) if rows else [()] * len(schema.fields)
     table = pa.Table.from_arrays(
         [pa.array(col, type=_ARROW[type(f.dataType)]) for col, f in zip(columns, schema.fields, strict=True)],
         schema=pa.schema([pa.field(f.name, _ARROW[type(f.dataType)], f.nullable) for f in schema.fields]),
@@ -143,7 +153,10 @@ def _frame(
     return one_partition(spark.createDataFrame(table, schema))
 
 
-_OFFSET_FIELDS = operator.attrgetter(*GROUP_OFFSETS.fieldNames())
+#: One getter per column of :data:`GROUP_OFFSETS`: the offsets are read column by column
+#: (100k records: the group inputs took 0.10 s instead of 0.19 s with a tuple per record
+#: transposed into columns).
+_OFFSET_COLUMNS = tuple(operator.attrgetter(name) for name in GROUP_OFFSETS.fieldNames())
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,12 +179,8 @@ def group_input_frames(
     """The snapshot's group records and the previous cycle's carry as DataFrames."""
     carry = carry or GroupsCarry()
     return GroupInputs(
-        offsets=_frame(
-            spark,
-            # A C-level getter per row (100k rows: half the time of a tuple display).
-            list(map(_OFFSET_FIELDS, offsets)),
-            GROUP_OFFSETS,
-            handover,
+        offsets=_columns_frame(
+            spark, [list(map(get, offsets)) for get in _OFFSET_COLUMNS], GROUP_OFFSETS, handover
         ),
         checks=_frame(
             spark,
