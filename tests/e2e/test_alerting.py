@@ -195,7 +195,6 @@ def commit_group_offset(kafka: KafkaCluster, group: str, topic: str, partition: 
     CI run lost it once and waited 300 s for a page about a group Kafka did not have."""
     admin = kafka.admin()
     deadline = time.monotonic() + COMMIT_WAIT_S
-    seen = "nothing"
     while True:
         [future] = admin.alter_consumer_group_offsets(
             [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, partition, offset)])]
@@ -211,9 +210,11 @@ def commit_group_offset(kafka: KafkaCluster, group: str, topic: str, partition: 
             errors, committed = [e], {}
         if not errors and committed.get((topic, partition)) == offset:
             return
-        seen = f"errors {errors}, committed {committed}"
         if time.monotonic() > deadline:
-            raise AssertionError(f"group {group} did not keep offset {offset} on {topic}-{partition}: {seen}")
+            raise AssertionError(
+                f"group {group} did not keep offset {offset} on {topic}-{partition}: "
+                f"errors {errors}, committed {committed}"
+            )
         time.sleep(0.5)
 
 
