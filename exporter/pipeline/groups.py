@@ -69,7 +69,7 @@ from exporter.model import (
     TxnClass,
 )
 from exporter.pipeline.attribution import application_column
-from exporter.pipeline.tables import Handover, build_side, one_partition
+from exporter.pipeline.tables import Handover, build_side, in_place, one_partition
 
 #: The application label of a transaction no rule attributes (or whose id is unknown).
 UNKNOWN_APPLICATION = "unknown"
@@ -440,8 +440,10 @@ def _at_lso(
         c("last_stable_offset").alias("lso"),
         ((c("last_stable_offset") < 0) | (c("high_watermark") < 0)).alias("offsets_unread"),
     )
-    carried = prev.join(at.select(*keys), keys, "left_anti").join(
-        build_side(offsets), ["topic", "partition"], "left"
+    carried = (
+        in_place(prev)
+        .join(build_side(at.select(*keys)), keys, "left_anti")
+        .join(build_side(offsets), ["topic", "partition"], "left")
     )
     no_evidence = c("offsets_unread")
     if offsets_incomplete:
@@ -474,7 +476,7 @@ def _blocked(
         ).alias("txn")
     )
     return (
-        at_lso.join(build_side(stuck), ["topic", "partition", "last_stable_offset"])
+        in_place(at_lso.join(build_side(stuck), ["topic", "partition", "last_stable_offset"]))
         .join(build_side(at_start), ["topic", "partition", "last_stable_offset"], "left")
         .select(
             "group",

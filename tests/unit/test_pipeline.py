@@ -3,7 +3,8 @@ docs/metrics.md. No Kafka broker; one local Spark session for the whole run."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 import pytest
@@ -1048,6 +1049,46 @@ def test_every_output_comes_back_in_one_spark_action(spark: SparkSession) -> Non
     assert result.findings and result.partitions and result.brokers and result.coordinators
     assert stats.actions == 1
     assert set(stats.seconds) == {"checkpoint", "collect"}
+
+
+def stages_of(spark: SparkSession, cycle: Callable[[], object]) -> int:
+    """How many Spark stages ``cycle`` ran (its jobs tagged, read back from the status tracker)."""
+    sc = spark.sparkContext
+    tag = f"kte-stages-{uuid.uuid4().hex}"
+    sc.setJobGroup(tag, "stage count")
+    try:
+        cycle()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    tracker = sc.statusTracker()
+    jobs = [tracker.getJobInfo(job) for job in tracker.getJobIdsForGroup(tag)]
+    return sum(len(job.stageIds) for job in jobs if job is not None)
+
+
+def test_a_cycle_of_thousands_of_open_transactions_runs_in_one_stage(spark: SparkSession) -> None:
+    """Every table is one partition, so no join needs a shuffle. Without statistics the
+    planner estimates a join's size as the product of its sides', which after a few joins of
+    the classification passed its bound for a single partition: it then shuffled both sides
+    of the next join, one partition into one, a stage each (5 extra stages at 10k partitions).
+    The group family's blocked partitions read an inner join, whose partitioning is "like
+    either side" rather than "one partition", and shuffled both sides of the next join the
+    same way. Thousands of rows go to the JVM as files, as in the daemon."""
+    n = 2500
+    snap = replace(
+        snapshot(
+            producers=[producer("t", p, pid=PID + p, start=100) for p in range(n)],
+            listed_txns=[listed(f"tx-{p}", PID + p) for p in range(n)],
+            txns=[described(f"tx-{p}", pid=PID + p, parts=(("t", p),)) for p in range(n)],
+        ),
+        group_offsets=tuple(
+            GroupOffset(f"g{g}", "t", p, 100, 1, "Stable", False) for g in range(2) for p in range(n)
+        ),
+    )
+    groups = GroupsConfig(enabled=True, blocked_after_cycles=1)
+    first = compute(spark, snap, AT_ONCE, None, NOW, groups=groups)
+    assert (
+        stages_of(spark, lambda: compute(spark, snap, AT_ONCE, first.memory, NOW + MIN, groups=groups)) == 1
+    )
 
 
 def test_a_cycle_compiles_no_code_however_its_clock_moves(spark: SparkSession) -> None:
