@@ -139,6 +139,13 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
     # Spark's CodegenMetrics compilation count).
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    # Interpreted, an expression used twice in a projection (the group family's "committed
+    # offset at the LSO", three times) is shared through a cache that every row clears and
+    # fills again: a fifth of the executor's samples at 1000 groups x 100 partitions, more
+    # than evaluating the cheap expressions twice. Off, cycles alternating in one session:
+    # the action 0.03-0.06 s faster at 10k partitions, 0.09-0.11 s with 1000 x 100 groups,
+    # the same at 100k.
+    "spark.sql.subexpressionElimination.enabled": "false",
     # PySpark 4 records the Python call site of every column function for error messages,
     # at the cost of four or five extra round trips to the JVM per call: about 5,800 of a
     # cycle's 8,900 round trips, 0.3 s of its plan building (bench/pipeline_bench.py).

@@ -20,6 +20,7 @@ import yaml
 
 from alerts.rules import Thresholds, rules_document, thresholds_from_mapping
 from exporter.config import KAFKA_PROPERTIES, SECRET_PROPERTIES, ConfigError, parse_config
+from exporter.pipeline.session import LOCAL_DEFAULTS
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "kafka-txn-exporter"
@@ -913,3 +914,26 @@ def test_values_hold_no_secret(values: Manifest) -> None:
     for cluster in values["config"]["clusters"]:
         assert not set(cluster.get("kafka") or {}) & SECRET_PROPERTIES
     assert values["kafkaSecrets"] == []
+
+
+def test_the_charts_connect_server_plans_like_the_embedded_driver(helm: str) -> None:
+    """The shared Spark Connect server runs the same pipeline as an embedded driver: the
+    settings that make a small cycle fast (interpreted, one shuffle partition, no adaptive
+    re-planning) are the embedded driver's."""
+    docs = render(helm, sets=["spark.mode=connect", "spark.connectServer.enabled=true"])
+    [server] = [
+        c
+        for d in objects(docs, "Deployment")
+        for c in d["spec"]["template"]["spec"]["containers"]
+        if c["name"] == "spark-connect"
+    ]
+    args: list[str] = server["args"]
+    conf = dict(args[i + 1].split("=", 1) for i, arg in enumerate(args) if arg == "--conf")
+    for key in (
+        "spark.sql.codegen.wholeStage",
+        "spark.sql.codegen.factoryMode",
+        "spark.sql.subexpressionElimination.enabled",
+        "spark.sql.shuffle.partitions",
+        "spark.sql.adaptive.enabled",
+    ):
+        assert conf.get(key) == LOCAL_DEFAULTS[key], key
