@@ -4,7 +4,7 @@ In order, each as a subprocess with a time limit, its output streamed as it come
 
 1. ``bench/pipeline_bench.py``: the Spark pipeline alone, warm, at 1k/10k/100k partitions;
 2. ``bench/history_bench.py``: the history store's write cost and reports;
-3. ``bench/groups_bench.py``: what the consumer-group family adds to a cycle (1000 x 100);
+3. ``bench/groups_bench.py``: what the consumer-group family adds to the daemon's cycle (1000 x 100);
 4. ``bench/collect_bench.py``: collection, ours vs naive vs Kafka's find-hanging;
 5. ``bench/daemon_memory.py`` on 1 broker / 3000 partitions: the daemon's cycle against
    Kafka's find-hanging, first cycle (without and with the class archive the image ships),
@@ -217,9 +217,15 @@ TARGETS: tuple[tuple[str, tuple[str, ...], tuple[str, float] | None, str], ...] 
     ),
     ("5 clusters' round / 1 cluster's cycle", ("clusters5_round_vs_one@",), ("<=", 2.0), "-"),
     (
-        "groups add to a cycle, 1000 x 100 (s)",
+        "groups add to the daemon's cycle, 1000 x 100 (s)",
         ("groups_added_s@1000x100", "groups_added_s@"),
         ("<=", 1.0),
+        "4.2",
+    ),
+    (
+        "groups: collection + pipeline, each alone (s)",
+        ("groups_parts_s@1000x100", "groups_parts_s@"),
+        None,
         "4.2",
     ),
 )
