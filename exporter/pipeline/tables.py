@@ -179,9 +179,9 @@ def in_place(frame: DataFrame) -> DataFrame:
     * an inner join says its output is partitioned like either side (a collection of both),
       not "one partition": ``coalesce(1)`` says it again (no work on one partition);
     * without statistics a join's estimate is the product of its sides', and a chain of
-      joins passes any bound (the classification's ninth join at 10k partitions: 10^40 bytes
-      and more). A limit's estimate is its row count times its row's width, so a limit no
-      table reaches (:data:`_UNREACHED_LIMIT`) starts the estimate again;
+      joins passes any bound (the classification's, from 2000 partitions on). A limit's
+      estimate is its row count times its row's width, so a limit no table reaches
+      (:data:`_UNREACHED_LIMIT`) starts the estimate again;
     * the optimiser moves an anti or semi join below its big side's ``coalesce(1)``, onto the
       bare scan of a file (a table of :class:`Handover`); it moves nothing below a limit.
 
