@@ -77,7 +77,6 @@ from exporter.pipeline.tables import (
     build_side,
     columns_of,
     frame_of,
-    in_place,
     one_partition,
     record_of,
     records_of,
@@ -604,8 +603,8 @@ def _classified(
 
     The open transactions are the big side of every join; the coordinator-side tables are
     each its build side (:func:`~exporter.pipeline.tables.build_side`) and every table is
-    one partition: no broadcast and no shuffle (each join reads the joins before it
-    :func:`~exporter.pipeline.tables.in_place`).
+    one partition: no broadcast, and a shuffle only where the planner's size estimate of a
+    join of joins passes its bound (see ``session.PLAN_DEFAULTS``).
     """
     c = F.col
     b = build_side
@@ -670,22 +669,27 @@ def _classified(
     )
     reread = t["reread_partitions"].select("topic", "partition", F.lit(True).alias("reread"))
     previous = _previous_candidates(spark, mem)
-    joined = open_txns.join(b(leaders), ["topic", "partition"], "left").select(
-        "*",
-        F.when(c("leader") >= 0, c("leader")).otherwise(c("answered_by")).alias("broker_id"),
+    # The chain's estimate passes maxSinglePartitionBytes from ~2000 partitions on, and the
+    # planner then shuffles the last joins' sides (5 one-partition shuffles at 10k). Read
+    # through tables.in_place, the chain ran as one stage, ~0.05 s faster at 10k, but the
+    # daemon's RSS peak at 10k partitions rose from 748-754 to 779-784 MiB
+    # (bench/daemon_memory.py, 3 runs against 2; likely the one task holding every join's
+    # hash table at once), past the 768 MiB the chart is sized for.
+    joined = (
+        open_txns.join(b(leaders), ["topic", "partition"], "left")
+        .select(
+            "*",
+            F.when(c("leader") >= 0, c("leader")).otherwise(c("answered_by")).alias("broker_id"),
+        )
+        .join(b(max_timeouts), "broker_id", "left")
+        .join(b(batches), ["topic", "partition", "start_offset"], "left")
+        .join(b(listed), "producer_id", "left")
+        .join(b(described), "transactional_id", "left")
+        .join(b(in_txn), ["transactional_id", "txn_coordinator_id", "topic", "partition"], "left")
+        .join(b(still_open), list(KEY), "left")
+        .join(b(reread), ["topic", "partition"], "left")
+        .join(b(previous), list(KEY), "left")
     )
-    for side, keys in (
-        (max_timeouts, ["broker_id"]),
-        (batches, ["topic", "partition", "start_offset"]),
-        (listed, ["producer_id"]),
-        (described, ["transactional_id"]),
-        (in_txn, ["transactional_id", "txn_coordinator_id", "topic", "partition"]),
-        (still_open, list(KEY)),
-        (reread, ["topic", "partition"]),
-        (previous, list(KEY)),
-    ):
-        joined = in_place(joined).join(b(side), keys, "left")
-    joined = in_place(joined)  # the window below needs its rows where they are too
     match = _match_rank()
     best_first = Window.partitionBy(*KEY).orderBy(match, c("transactional_id"))
     best = joined.select("*", match.alias("match"), F.row_number().over(best_first).alias("_n")).where(

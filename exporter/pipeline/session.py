@@ -88,10 +88,9 @@ SHORT_LIVED_JVM_OPTIONS: tuple[str, ...] = ("-XX:TieredStopAtLevel=1",)
 #: own), and a join of one-partition sides is kept in place while the planner's estimate of
 #: their size stays under ``maxSinglePartitionBytes`` (128m by default). That estimate is the
 #: product of a join's sides, so after two joins of a 10k-partition snapshot it passed 128m
-#: and both sides were shuffled; raised, it is passed only by a chain of joins, which
-#: ``tables.in_place`` cuts. A 10k-partition cycle runs as one job of one stage instead of
-#: 8 jobs, 16 stages and 46 tasks (bench/pipeline_bench.py; docs/operations.md, "The
-#: embedded driver").
+#: and both sides were shuffled; raised, only the deepest joins of the classification still
+#: pass it. A 10k-partition cycle runs as one job of 6 stages instead of 8 jobs, 16 stages
+#: and 46 tasks (bench/pipeline_bench.py; docs/operations.md, "The embedded driver").
 PLAN_DEFAULTS: Mapping[str, str] = {
     "spark.sql.autoBroadcastJoinThreshold": "-1",
     "spark.sql.maxSinglePartitionBytes": str(2**62),

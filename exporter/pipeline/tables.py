@@ -29,8 +29,10 @@ of a cycle needed a shuffle (a stage, its files) or a broadcast (a job of its ow
 10k-partition cycle ran 8 jobs, 16 stages and 46 tasks for a few milliseconds of work. On
 one partition a child already satisfies the clustering a join, a window or an aggregation
 asks for, so the planner adds no broadcast and no exchange between the output tables: the
-cycle is one job of one stage (``session.PLAN_DEFAULTS``; a join that reads other joins
-reads them :func:`in_place`).
+cycle is one job, whose last stage has one task per output table
+(``session.PLAN_DEFAULTS``; a few one-partition shuffles are left inside the
+classification, where the planner's size estimate of a join of joins passes its bound:
+see ``compute._classified``).
 """
 
 from __future__ import annotations
@@ -168,8 +170,8 @@ _UNREACHED_LIMIT = 2**31 - 1
 
 
 def in_place(frame: DataFrame) -> DataFrame:
-    """``frame``, the big side of a join, kept one partition in the planner's eyes, so that
-    the join reads it where it is.
+    """``frame``, a side of a join, kept one partition in the planner's eyes, so that the
+    join reads it where it is.
 
     A join of two one-partition sides is planned in place only while each side *says* it is
     one partition and the planner's estimate of its size stays under
@@ -179,16 +181,15 @@ def in_place(frame: DataFrame) -> DataFrame:
     * an inner join says its output is partitioned like either side (a collection of both),
       not "one partition": ``coalesce(1)`` says it again (no work on one partition);
     * without statistics a join's estimate is the product of its sides', and a chain of
-      joins passes any bound (the classification's, from 2000 partitions on). A limit's
-      estimate is its row count times its row's width, so a limit no table reaches
-      (:data:`_UNREACHED_LIMIT`) starts the estimate again;
+      joins passes any bound. A limit's estimate is its row count times its row's width, so
+      a limit no table reaches (:data:`_UNREACHED_LIMIT`) starts the estimate again;
     * the optimiser moves an anti or semi join below its big side's ``coalesce(1)``, onto the
       bare scan of a file (a table of :class:`Handover`); it moves nothing below a limit.
 
-    A 10k-partition cycle ran 5 such stages (the classification's); a cycle with consumer
-    groups and blocked partitions 2 to 4 more (the group family's). Measured in one
-    session, cycles alternating with the code before: the cycle's action at 10k partitions
-    0.50 -> 0.46 s (median of 12 pairs); the group family at 1000 x 100 ~0.05 s."""
+    The group family's blocked partitions and carried rows read their joins through it: a
+    cycle with groups at the LSO ran 2 to 4 stages more than one without, none now (~0.05 s
+    at 1000 groups x 100 partitions, cycles alternating in one session). The
+    classification's chain does not: see ``compute._classified`` for what it cost there."""
     return one_partition(frame).limit(_UNREACHED_LIMIT)
 
 
