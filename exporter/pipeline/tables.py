@@ -187,7 +187,7 @@ def in_place(frame: DataFrame) -> DataFrame:
       bare scan of a file (a table of :class:`Handover`); it moves nothing below a limit.
 
     The group family's blocked partitions and carried rows read their joins through it: a
-    cycle with groups at the LSO ran 2 to 4 stages more than one without, none now (~0.05 s
+    cycle with groups at the LSO ran 2 to 5 stages more than one without, none now (~0.05 s
     at 1000 groups x 100 partitions, cycles alternating in one session). The
     classification's chain does not: see ``compute._classified`` for what it cost there."""
     return one_partition(frame).limit(_UNREACHED_LIMIT)
