@@ -696,7 +696,7 @@ def _classified(
         c("_n") == 1
     )
     current = (
-        best.select(*_classified_columns(snapshot, settings, now_ms, rules))
+        _classify(best, snapshot, settings, now_ms, rules)
         .where(~c("closed_meanwhile"))
         .drop("closed_meanwhile")
     )
@@ -748,24 +748,38 @@ def _previous_candidates(spark: SparkSession, mem: PipelineMemory) -> DataFrame:
 
 
 def _severity(txn_class: Column) -> Column:
-    severity = F.lit(len(SEVERITY))
-    for rank, cls in reversed(list(enumerate(SEVERITY))):
-        severity = F.when(txn_class == cls.value, rank).otherwise(severity)
-    return severity
+    """The class's rank in :data:`SEVERITY` (most severe 0), one ``CASE`` over the column."""
+    first, *others = list(enumerate(SEVERITY))
+    severity = F.when(txn_class == first[1].value, first[0])
+    for rank, cls in others:
+        severity = severity.when(txn_class == cls.value, rank)
+    return severity.otherwise(len(SEVERITY))
 
 
-def _classified_columns(
+def _classify(
+    best: DataFrame,
     snapshot: ClusterSnapshot,
     settings: PipelineSettings,
     now_ms: int,
     rules: Sequence[AttributionRule],
-) -> list[Column]:
-    """The classification, as one projection (see docs/metrics.md for each rule)."""
+) -> DataFrame:
+    """The classification (see docs/metrics.md for each rule), in four projections: each
+    names what the next one reads (``_reason``, ``_missing``, ``_cycles``, ``_class``), so
+    every rule is in the plan once.
+
+    A Column object is an expression tree, and a rule built on another copies it: written as
+    one projection, the severity repeated the class six times, the class repeated the
+    candidate count twice and the missing evidence once, and so on down to the match. That
+    projection held ~9500 expression nodes (the severity alone ~6500), which Spark analysed
+    every cycle and, interpreted and without subexpression elimination, evaluated per row.
+    The optimizer keeps the projections apart (an expression read more than once is not
+    inlined), so a row evaluates each rule once too."""
     c = F.col
     match = c("match")
     incomplete = listing_incomplete(snapshot)
     visible = snapshot.transactional_ids_visible is True
 
+    # 1. The evidence: start, age, lateness, and the hanging reason the match gives.
     legit = match == _LEGIT
     from_coordinator = legit & (c("txn_start_time_ms") >= 0)
     from_batch = c("batch_ms").isNotNull()
@@ -805,6 +819,18 @@ def _classified_columns(
     reason = F.when(unlisted, not_listed_reason)
     for rank, why in _CANDIDATE_REASON.items():
         reason = reason.when(match == rank, F.lit(why.value))
+    evidence = best.select(
+        "*",
+        start_time.alias("_start"),
+        source.alias("_source"),
+        duration.alias("_duration"),
+        late.alias("_late"),
+        two_phase.alias("_two_phase"),
+        reason.alias("_reason"),
+    )
+
+    # 2. The evidence that is missing, if any.
+    reason = c("_reason")
     not_listed_unknown = (
         UnknownReason.UNLISTED_WITHIN_TIMEOUT
         if listing_trusted
@@ -817,26 +843,34 @@ def _classified_columns(
         .when(unlisted & reason.isNull(), F.lit(not_listed_unknown.value))
         .when(reason.isNotNull() & c("reread").isNull(), F.lit(UnknownReason.UNVERIFIED.value))
     )
+    missing = evidence.select("*", missing_evidence.alias("_missing"))
 
+    # 3. The candidate's count of cycles. Evidence missing and the transaction remembered as
+    # a candidate: keep it as it was.
     remembered = c("previous_cycles").isNotNull()
     verified_candidate = reason.isNotNull() & c("reread").isNotNull() & c("verified").isNotNull()
-    # Evidence missing and the transaction remembered as a candidate: keep it as it was.
-    kept = remembered & missing_evidence.isNotNull()
+    kept = remembered & c("_missing").isNotNull()
     cycles = F.when(verified_candidate, F.coalesce(c("previous_cycles"), F.lit(0)) + 1).when(
         kept, c("previous_cycles")
     )
+    counted = missing.select("*", kept.alias("_kept"), cycles.alias("_cycles"))
+
+    # 4. The class.
+    kept, cycles = c("_kept"), c("_cycles")
     confirmed = cycles >= settings.hanging_confirm_cycles
     txn_class = (
         F.when(cycles.isNotNull() & confirmed, TxnClass.HANGING.value)
         .when(cycles.isNotNull(), TxnClass.SUSPECTED_HANGING.value)
-        .when(missing_evidence.isNotNull(), TxnClass.UNKNOWN.value)
-        .when(two_phase, TxnClass.TWO_PHASE_COMMIT.value)
-        .when(late, TxnClass.LATE.value)
+        .when(c("_missing").isNotNull(), TxnClass.UNKNOWN.value)
+        .when(c("_two_phase"), TxnClass.TWO_PHASE_COMMIT.value)
+        .when(c("_late"), TxnClass.LATE.value)
         .otherwise(TxnClass.ONGOING.value)
     )
+    classed = counted.select("*", txn_class.alias("_class"))
+
     described_ok = c("described").isNotNull() & c("txn_error").isNull()
     transactional_id = F.coalesce(c("transactional_id"), c("prev_transactional_id"))
-    return [
+    return classed.select(
         c("topic"),
         c("partition"),
         c("broker_id"),
@@ -845,13 +879,13 @@ def _classified_columns(
         c("coordinator_epoch"),
         c("start_offset"),
         c("last_timestamp_ms"),
-        start_time.alias("start_time_ms"),
-        source.alias("start_time_source"),
-        duration.alias("duration_ms"),
-        txn_class.alias("txn_class"),
-        late.alias("late"),
+        c("_start").alias("start_time_ms"),
+        c("_source").alias("start_time_source"),
+        c("_duration").alias("duration_ms"),
+        c("_class").alias("txn_class"),
+        c("_late").alias("late"),
         F.when(kept, c("prev_hanging_reason")).otherwise(reason).alias("hanging_reason"),
-        F.when(cycles.isNull(), missing_evidence).alias("unknown_reason"),
+        F.when(cycles.isNull(), c("_missing")).alias("unknown_reason"),
         transactional_id.alias("transactional_id"),
         F.when(kept, c("prev_coordinator_id"))
         .when(c("described").isNotNull(), c("txn_coordinator_id"))
@@ -863,7 +897,7 @@ def _classified_columns(
         F.when(described_ok, c("txn_timeout_ms")).otherwise(-1).alias("transaction_timeout_ms"),
         application_column(transactional_id, rules).alias("application"),
         cycles.alias("candidate_cycles"),
-        _severity(txn_class).alias("severity"),
+        _severity(c("_class")).alias("severity"),
         # A candidate (or an unlisted transaction) whose partition, read again after the
         # coordinators, no longer shows it: it closed between the reads (markers written
         # meanwhile), so it is not open at all. Nor is any transaction that starts below the
@@ -882,7 +916,7 @@ def _classified_columns(
                 F.lit(False),
             )
         ).alias("closed_meanwhile"),
-    ]
+    )
 
 
 def _kept_columns(now_ms: int) -> list[Column]:
