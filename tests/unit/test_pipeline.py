@@ -1114,7 +1114,12 @@ def test_the_classification_puts_each_rule_in_the_plan_once(
 
     seen: list[DataFrame] = []
     shared = pipeline._shared
-    monkeypatch.setattr(pipeline, "_shared", lambda frame, st: shared(seen.append(frame) or frame, st))
+
+    def keep(frame: DataFrame, st: ComputeStats) -> DataFrame:
+        seen.append(frame)
+        return shared(frame, st)
+
+    monkeypatch.setattr(pipeline, "_shared", keep)
     compute(spark, legit_snapshot(), AT_ONCE, None, NOW)
     assert len(seen) == 1
     assert expression_nodes(seen[0]) < 2000  # 1459 staged, 11069 as one projection
