@@ -166,6 +166,16 @@ CLUSTER_DEFAULTS: Mapping[str, str] = {
 #: Environment of the embedded JVM: glibc gives each thread that allocates its own 64 MiB
 #: malloc arena; Spark's ~60 threads make that hundreds of MiB of address space and tens of
 #: MiB of RSS. Two arenas are plenty for a driver that does little native allocation.
+#: The Spark setting that overrides ``tables.FILE_MIN_ROWS`` (the fewest rows of an input
+#: table that reaches an embedded JVM as a Parquet file rather than in the plan) for a session.
+FILE_MIN_ROWS_CONF = "spark.kafkaTxnExporter.handoverFileMinRows"
+#: That bound for a session that runs one computation (the CLI's local fallback). On a fresh
+#: JVM the first file costs the Parquet reader's start (classes loaded, code interpreted): the
+#: CLI's one cold ``find-hanging`` computation at 3000 / 10k / 30k / 100k partitions
+#: (bench/pipeline_bench.py's snapshot) took 6.6-7.7 / 6.1-6.6 / 6.2 / 7.7 s with files and
+#: 5.6-6.2 / 5.3-5.6 / 5.9 / 8.3 s with every table in the plan.
+SHORT_LIVED_FILE_MIN_ROWS = 30_000
+
 LOCAL_JVM_ENV: Mapping[str, str] = {"MALLOC_ARENA_MAX": "2"}
 
 _SIZE = re.compile(r"^(\d+)([kmgt])$")
@@ -215,6 +225,8 @@ def session_conf(config: SparkConfig, *, short_lived: bool = False) -> dict[str,
     conf.update(config.conf)
     if local:
         conf["spark.driver.extraJavaOptions"] = java_options(config, short_lived=short_lived)
+        if short_lived:
+            conf.setdefault(FILE_MIN_ROWS_CONF, str(SHORT_LIVED_FILE_MIN_ROWS))
         if config.connect_server_port:
             # The daemon's warm engine, for the CLI in the same pod: loopback only.
             plugins = [p for p in conf.get("spark.plugins", "").split(",") if p]

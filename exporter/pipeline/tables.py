@@ -65,7 +65,7 @@ from exporter.model import (
     ProducerState,
     TransactionDescription,
 )
-from exporter.pipeline.session import is_local_master
+from exporter.pipeline.session import FILE_MIN_ROWS_CONF, is_local_master
 
 R = TypeVar("R")
 
@@ -205,7 +205,7 @@ class Handover:
     def __init__(self, spark: SparkSession, min_rows: int | None = None) -> None:
         self._spark = spark
         self._min_rows = (
-            (FILE_MIN_ROWS if min_rows is None else min_rows) if _reads_our_files(spark) else None
+            (_file_min_rows(spark) if min_rows is None else min_rows) if _reads_our_files(spark) else None
         )
         self._dir: str | None = None
 
@@ -229,6 +229,12 @@ class Handover:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _file_min_rows(spark: SparkSession) -> int:
+    """:data:`FILE_MIN_ROWS`, or the session's own bound (``session.FILE_MIN_ROWS_CONF``)."""
+    own = spark.conf.get(FILE_MIN_ROWS_CONF, None)
+    return int(own) if own and own.isdigit() else FILE_MIN_ROWS
 
 
 def _reads_our_files(spark: SparkSession) -> bool:

@@ -16,6 +16,7 @@ from exporter.groups_config import GroupsConfig
 from exporter.model import ClusterSnapshot, CycleResult, GroupOffset, PipelineSettings
 from exporter.pipeline import tables
 from exporter.pipeline.compute import compute
+from exporter.pipeline.session import FILE_MIN_ROWS_CONF
 from exporter.pipeline.tables import Handover
 from tests.unit.test_pipeline import NOW, described, listed, offsets, producer, snapshot
 
@@ -77,6 +78,30 @@ def test_large_tables_reach_an_embedded_jvm_as_files_with_the_same_results(
     assert via_files == in_plan
     assert in_plan[1].findings and in_plan[1].groups is not None and in_plan[1].groups.lags
     assert not any(os.path.exists(os.path.dirname(path)) for path in written), "input files left behind"
+
+
+def test_a_session_may_set_its_own_bound_for_files(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    written: list[str] = []
+    write = pq.write_table
+
+    def spy(table: Any, path: str, **kwargs: Any) -> None:
+        written.append(path)
+        write(table, path, **kwargs)
+
+    monkeypatch.setattr(pq, "write_table", spy)
+    rows = tables.arrow_of(tables.BrokerRow, [tables.BrokerRow(b) for b in range(10)])
+    spark.conf.set(FILE_MIN_ROWS_CONF, "5")
+    try:
+        with Handover(spark) as handover:
+            handover.frame(rows, tables.schema_of(tables.BrokerRow))
+    finally:
+        spark.conf.unset(FILE_MIN_ROWS_CONF)
+    assert len(written) == 1
+    with Handover(spark) as handover:
+        handover.frame(rows, tables.schema_of(tables.BrokerRow))
+    assert len(written) == 1  # 10 rows < FILE_MIN_ROWS: in the plan
 
 
 class _InPlan(tuple):  # type: ignore[type-arg]

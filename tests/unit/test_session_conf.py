@@ -5,6 +5,7 @@ from __future__ import annotations
 from exporter.config import SparkConfig
 from exporter.pipeline.session import (
     CONNECT_PLUGIN,
+    FILE_MIN_ROWS_CONF,
     LEAN_JVM_OPTIONS,
     PLAN_DEFAULTS,
     SHORT_LIVED_JVM_OPTIONS,
@@ -38,6 +39,14 @@ def test_operator_jvm_flags_come_last_and_win() -> None:
 def test_a_short_lived_session_trades_peak_speed_for_start_up() -> None:
     options = session_conf(SparkConfig(), short_lived=True)["spark.driver.extraJavaOptions"]
     assert options.endswith(" ".join(SHORT_LIVED_JVM_OPTIONS))
+
+
+def test_a_short_lived_session_keeps_tables_in_the_plan_below_30k_rows() -> None:
+    # One cold computation: a Parquet file costs the reader's start on a fresh JVM.
+    assert session_conf(SparkConfig(), short_lived=True)[FILE_MIN_ROWS_CONF] == "30000"
+    assert FILE_MIN_ROWS_CONF not in session_conf(SparkConfig())
+    operators = session_conf(SparkConfig(conf={FILE_MIN_ROWS_CONF: "5000"}), short_lived=True)
+    assert operators[FILE_MIN_ROWS_CONF] == "5000"
 
 
 def test_the_cli_endpoint_is_spark_connect_on_loopback() -> None:
