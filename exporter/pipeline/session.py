@@ -163,9 +163,6 @@ CLUSTER_DEFAULTS: Mapping[str, str] = {
     "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
-#: Environment of the embedded JVM: glibc gives each thread that allocates its own 64 MiB
-#: malloc arena; Spark's ~60 threads make that hundreds of MiB of address space and tens of
-#: MiB of RSS. Two arenas are plenty for a driver that does little native allocation.
 #: The Spark setting that overrides ``tables.FILE_MIN_ROWS`` (the fewest rows of an input
 #: table that reaches an embedded JVM as a Parquet file rather than in the plan) for a session.
 FILE_MIN_ROWS_CONF = "spark.kafkaTxnExporter.handoverFileMinRows"
@@ -176,6 +173,9 @@ FILE_MIN_ROWS_CONF = "spark.kafkaTxnExporter.handoverFileMinRows"
 #: 5.6-6.2 / 5.3-5.6 / 5.9 / 8.3 s with every table in the plan.
 SHORT_LIVED_FILE_MIN_ROWS = 30_000
 
+#: Environment of the embedded JVM: glibc gives each thread that allocates its own 64 MiB
+#: malloc arena; Spark's ~60 threads make that hundreds of MiB of address space and tens of
+#: MiB of RSS. Two arenas are plenty for a driver that does little native allocation.
 LOCAL_JVM_ENV: Mapping[str, str] = {"MALLOC_ARENA_MAX": "2"}
 
 _SIZE = re.compile(r"^(\d+)([kmgt])$")
