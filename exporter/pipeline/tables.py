@@ -209,15 +209,17 @@ class Handover:
         )
         self._dir: str | None = None
 
-    def frame(self, table: pa.Table, schema: StructType) -> DataFrame:
-        """The table as a one-partition DataFrame (:func:`one_partition`)."""
+    def frame(self, table: pa.Table, schema: StructType, session: SparkSession | None = None) -> DataFrame:
+        """The table as a one-partition DataFrame (:func:`one_partition`), of ``session``
+        (another session of the same SparkContext) if given."""
+        spark = session if session is not None else self._spark
         if self._min_rows is None or table.num_rows < self._min_rows:
-            return one_partition(self._spark.createDataFrame(table, schema))
+            return one_partition(spark.createDataFrame(table, schema))
         if self._dir is None:
             self._dir = tempfile.mkdtemp(prefix="kte-inputs-")
         path = f"{self._dir}/{uuid.uuid4().hex}.parquet"
         pq.write_table(table, path, compression="none")
-        return one_partition(self._spark.read.schema(schema).parquet(path))
+        return one_partition(spark.read.schema(schema).parquet(path))
 
     def close(self) -> None:
         if self._dir is not None:

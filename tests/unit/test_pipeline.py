@@ -26,6 +26,7 @@ from exporter.model import (
     CycleResult,
     Finding,
     GroupOffset,
+    GroupsResult,
     HangingReason,
     ListedTransaction,
     PartitionOffsets,
@@ -41,7 +42,7 @@ from exporter.model import (
     WatchedTransaction,
 )
 from exporter.pipeline.compute import FINDINGS_OUTPUTS, ComputeStats, compute
-from exporter.pipeline.session import PLAN_DEFAULTS, session_conf
+from exporter.pipeline.session import PLAN_DEFAULTS, codegen_session, rehome, session_conf
 
 NOW = 1_700_000_000_000
 SEC = 1000
@@ -1138,6 +1139,68 @@ def test_a_cycle_compiles_no_code_however_its_clock_moves(spark: SparkSession) -
         previous = run(spark, snap, previous=previous, now=NOW + cycle * 30 * SEC)
     assert previous.findings
     assert compilations.METRIC_COMPILATION_TIME().getCount() == before
+
+
+def test_a_step_planned_in_the_code_generating_session_is_read_by_the_cycles_session(
+    spark: SparkSession,
+) -> None:
+    from pyspark.sql import functions as F
+
+    child = codegen_session(spark)
+    assert child is not spark
+    assert codegen_session(spark) is child
+    assert child.conf.get("spark.sql.codegen.wholeStage") == "true"
+    assert spark.conf.get("spark.sql.codegen.wholeStage") == "false"  # the cycle's stays interpreted
+    leaf = child.range(5).groupBy((F.col("id") % 2).alias("k")).count().localCheckpoint(eager=False)
+    moved = rehome(leaf, spark)
+    assert moved.sparkSession is spark
+    assert sorted(tuple(r) for r in moved.collect()) == [(0, 3), (1, 2)]
+    assert rehome(moved, spark) is moved
+
+
+def test_the_group_familys_large_step_compiles_once_and_gives_the_interpreted_results(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The family aggregates every offset row in the code-generating session: its plan holds
+    no clock, so after the first cycles nothing more is compiled however the clock moves,
+    and every output equals the family's run interpreted."""
+    import exporter.pipeline.groups as family
+
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    compilations = jvm.org.apache.spark.metrics.source.CodegenMetrics
+    n = 2500  # offsets past tables.FILE_MIN_ROWS: a file, as in the daemon
+    snap = replace(
+        snapshot(producers=[producer("t", 0)], listed_txns=[listed()], txns=[described()]),
+        partitions=(
+            PartitionOffsets("t", 0, 1, 200, 100),
+            *(PartitionOffsets("t", p, 1, 50, 50) for p in range(1, n)),
+        ),
+        group_offsets=tuple(
+            GroupOffset(f"g{g}", "t", p, 100 if p == 0 else 40 + g, 1, "Stable", g == 1 and p == 3)
+            for g in range(3)
+            for p in range(n)
+        ),
+    )
+    config = GroupsConfig(enabled=True, blocked_after_cycles=1)
+
+    def cycles() -> list[GroupsResult | None]:
+        results: list[GroupsResult | None] = []
+        memory = None
+        for cycle in range(4):
+            result = compute(spark, snap, AT_ONCE, memory, NOW + cycle * MIN, groups=config)
+            results.append(result.groups)
+            memory = result.memory
+            if cycle == 1:
+                compiled = compilations.METRIC_COMPILATION_TIME().getCount()
+        assert compilations.METRIC_COMPILATION_TIME().getCount() == compiled
+        return results
+
+    compiled_run = cycles()
+    last = compiled_run[-1]
+    assert last is not None and last.blocked and last.lags
+    monkeypatch.setattr(family, "codegen_session", lambda session: session)
+    assert cycles() == compiled_run
 
 
 # --- trust: blind spots, read-verify, missing evidence ----------------------------------------
