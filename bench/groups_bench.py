@@ -40,12 +40,12 @@ from exporter.config import SparkConfig
 from exporter.groups_config import GroupsConfig
 from exporter.kafka.admin import ClusterAdmin
 from exporter.kafka.collector import SnapshotCollector
-from exporter.kafka.groups import collect_group_offsets
+from exporter.kafka.groups import collect_group_offsets, offsets_of
 from exporter.model import (
     Broker,
     BrokerConfig,
     ClusterSnapshot,
-    GroupOffset,
+    GroupOffsets,
     ListedTransaction,
     PartitionOffsets,
     PipelineMemory,
@@ -109,7 +109,7 @@ def _timed(fn: object, repeats: int) -> tuple[float, float, object]:
 
 
 def _snapshot(
-    topic: str, partitions: int, rows: tuple[GroupOffset, ...], transactional_id: str, brokers: list[int]
+    topic: str, partitions: int, rows: GroupOffsets, transactional_id: str, brokers: list[int]
 ) -> ClusterSnapshot:
     """The cycle's snapshot as the collector leaves it: the topic's offsets (partition 0 holds
     the open transaction: HWM 3, LSO 2), the transaction and its owner, the group offsets."""
@@ -256,7 +256,7 @@ def main() -> int:
                 ),
                 args.repeats,
             )
-            rows: tuple[GroupOffset, ...] = collected.rows  # type: ignore[attr-defined]
+            rows = offsets_of(collected)  # type: ignore[arg-type]
             print(
                 f"collection: {len(rows)} rows, {len(collected.errors)} errors; "  # type: ignore[attr-defined]
                 f"cold {cold_c:.3f} s, warm median {warm_c:.3f} s"

@@ -12,7 +12,9 @@ Times are epoch milliseconds (``*_ms``) as Kafka reports them; ``-1`` means
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, overload
 
 #: TransactionTimeoutMs of a KIP-939 two-phase-commit transaction (Int.MaxValue).
 TWO_PHASE_COMMIT_TIMEOUT_MS = 2_147_483_647
@@ -201,6 +203,62 @@ class GroupOffset:
     pending_transactional_commit: bool = False
 
 
+class GroupOffsets(Sequence[GroupOffset]):
+    """Committed offsets as columns, one per :class:`GroupOffset` field, in that order: how the
+    collector reads them and the pipeline hands them to Spark. A cycle can hold 100k of them
+    (1000 groups x 100 partitions), and built as records they cost 0.14 s of the cycle's
+    Python time, then as much again to turn back into columns. Indexing and iteration give
+    :class:`GroupOffset` records; equal to any sequence of the same records."""
+
+    __slots__ = ("_columns",)
+
+    FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GroupOffset))
+
+    def __init__(self, columns: Sequence[Sequence[Any]] = ((), (), (), (), (), (), ())) -> None:
+        if len(columns) != len(self.FIELDS) or len({len(c) for c in columns}) > 1:
+            raise ValueError("group offsets need one column per field, all of one length")
+        self._columns = tuple(tuple(c) for c in columns)
+
+    @classmethod
+    def of(cls, records: Iterable[GroupOffset]) -> GroupOffsets:
+        if isinstance(records, GroupOffsets):
+            return records
+        rows = tuple(records)
+        return cls([[getattr(r, name) for r in rows] for name in cls.FIELDS])
+
+    def columns(self) -> tuple[tuple[Any, ...], ...]:
+        """The columns, in :attr:`FIELDS` order."""
+        return self._columns
+
+    def __len__(self) -> int:
+        return len(self._columns[0])
+
+    @overload
+    def __getitem__(self, index: int) -> GroupOffset: ...
+    @overload
+    def __getitem__(self, index: slice) -> GroupOffsets: ...
+    def __getitem__(self, index: int | slice) -> GroupOffset | GroupOffsets:
+        if isinstance(index, slice):
+            return GroupOffsets([c[index] for c in self._columns])
+        return GroupOffset(*(c[index] for c in self._columns))
+
+    def __iter__(self) -> Iterator[GroupOffset]:
+        return map(GroupOffset, *self._columns)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, GroupOffsets):
+            return self._columns == other._columns
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._columns)
+
+    def __repr__(self) -> str:
+        return f"GroupOffsets({len(self)} rows)"
+
+
 #: How a DescribeProducers error of the re-read (the second read of the partitions that showed
 #: an open transaction, after the coordinators) begins its message: such an error leaves those
 #: partitions unverified, but the first read of them stands.
@@ -254,8 +312,9 @@ class ClusterSnapshot:
     reread_producers: tuple[ProducerState, ...] = ()
     #: The partitions whose re-read succeeded (a partition absent here was not verified).
     reread_partitions: frozenset[tuple[str, int]] = frozenset()
-    #: Committed offsets of the consumer groups that consume monitored topics.
-    group_offsets: tuple[GroupOffset, ...] = ()
+    #: Committed offsets of the consumer groups that consume monitored topics (the collector
+    #: gives :class:`GroupOffsets`; records in a tuple are read the same way).
+    group_offsets: Sequence[GroupOffset] = ()
     #: What a read_committed consumer could read between a committed offset and the LSO,
     #: from the batches themselves (the "lag stuck at 1" evidence).
     consumable_checks: tuple[ConsumableCheck, ...] = ()

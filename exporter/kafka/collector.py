@@ -51,6 +51,7 @@ from exporter.kafka.groups import (
     collect_consumable_checks,
     collect_group_offsets,
     consumable_gaps,
+    offsets_of,
 )
 from exporter.kafka.metadata import TRANSACTION_STATE_TOPIC
 from exporter.kafka.results import Collected, Gather, guarded
@@ -63,7 +64,7 @@ from exporter.model import (
     ClusterSnapshot,
     CollectionError,
     ConsumableCheck,
-    GroupOffset,
+    GroupOffsets,
     ListedTransaction,
     PartitionOffsets,
     ProducerState,
@@ -295,12 +296,12 @@ class SnapshotCollector:
         )
         configs_done = configs()
         visible = _tagged(visibility(), PROBE_MESSAGE)
-        group_offsets: Collected[GroupOffset] = Collected(())
+        group_offsets: Collected[GroupOffsets] = Collected(())
         checks: Collected[ConsumableCheck] = Collected(())
         if groups_pending is not None and self._groups is not None:
             group_offsets = groups_pending()
             gaps = consumable_gaps(
-                group_offsets.rows, offsets_done.rows, self._groups.consumable_check_max_offsets
+                offsets_of(group_offsets), offsets_done.rows, self._groups.consumable_check_max_offsets
             )
             if gaps:
                 checks = stages.start(
@@ -353,7 +354,7 @@ class SnapshotCollector:
             transactional_ids_visible=visible.rows[0] if visible.rows else None,
             reread_producers=reread.rows,
             reread_partitions=reread_ok,
-            group_offsets=group_offsets.rows,
+            group_offsets=offsets_of(group_offsets),
             consumable_checks=checks.rows,
             coordinators_listed=listed_ok,
             stage_seconds=tuple(sorted(stages.seconds.items())),
@@ -361,7 +362,7 @@ class SnapshotCollector:
 
     # -- stages ----------------------------------------------------------------------
 
-    def _group_offsets(self, broker_ids: list[int], by: float | None) -> Collected[GroupOffset]:
+    def _group_offsets(self, broker_ids: list[int], by: float | None) -> Collected[GroupOffsets]:
         assert self._groups is not None
         return collect_group_offsets(
             self.admin._kafka_client(by),

@@ -23,7 +23,7 @@ and records of aborted transactions are not consumable.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from exporter.kafka._protocol import ProtocolClient
 from exporter.kafka.admin import Collected
 from exporter.kafka.errors import KafkaUnavailable, error_name, error_name_for_code
-from exporter.model import CollectionError, ConsumableCheck, GroupOffset, PartitionOffsets
+from exporter.model import CollectionError, ConsumableCheck, GroupOffset, GroupOffsets, PartitionOffsets
 
 log = logging.getLogger(__name__)
 K = TypeVar("K")
@@ -78,12 +78,13 @@ def collect_group_offsets(
     group_filter: Callable[[str], bool] = lambda _: True,
     request_timeout_ms: int = 10_000,
     max_groups_per_request: int = 500,
-) -> Collected[GroupOffset]:
+) -> Collected[GroupOffsets]:
     """Committed offsets, on topics passing ``topic_filter``, of the groups passing
-    ``group_filter``. ``client`` is kafka-python's ``KafkaAdminClient``."""
+    ``group_filter``, as one block of columns (``rows``: that block, or none when nothing
+    was read; :func:`offsets_of`). ``client`` is kafka-python's ``KafkaAdminClient``."""
     requests = _Requests(client, request_timeout_ms)
     try:
-        result: Collected[GroupOffset] = requests.run(
+        result: Collected[GroupOffsets] = requests.run(
             _collect,
             requests,
             sorted(set(broker_ids)),
@@ -98,13 +99,18 @@ def collect_group_offsets(
     return result
 
 
+def offsets_of(collected: Collected[GroupOffsets]) -> GroupOffsets:
+    """The offsets :func:`collect_group_offsets` read (none when it read nothing)."""
+    return collected.rows[0] if collected.rows else GroupOffsets()
+
+
 async def _collect(
     requests: _Requests,
     broker_ids: list[int],
     topic_filter: Callable[[str], bool],
     group_filter: Callable[[str], bool],
     chunk: int,
-) -> Collected[GroupOffset]:
+) -> Collected[GroupOffsets]:
     listed, errors = await _list_groups(requests, broker_ids)
     wanted = [
         g
@@ -125,37 +131,36 @@ async def _collect(
         for coordinator, groups in sorted(by_coordinator.items())
         for i in range(0, len(groups), chunk)
     ]
-    rows: dict[tuple[str, str, int], GroupOffset] = {}
+    # A group two coordinators list (while it moves) is read from both; its rows keep the
+    # last read, as before.
+    listings = Counter(g.group for g in wanted)
+    columns = _OffsetColumns(frozenset(g for g, n in listings.items() if n > 1))
     unstable: dict[int, dict[str, dict[str, list[int]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list))
     )
     info = {g.group: g for g in wanted}
     for _, coordinator, response in await requests.send_all(fetch):
-        # Per (group, topic): the filter, the group's state; per partition only the row (at
-        # 1000 groups x 100, this loop and its 100k records took over half the collection's
-        # CPU when it did all of it per partition).
+        # Per (group, topic): the filter, the group's state; per partition only the columns
+        # (at 1000 groups x 100, this loop and its 100k records took over half the
+        # collection's CPU when it did all of it per partition, and a record per row 0.14 s).
         for group, topic, partitions in _offset_topics(response, coordinator, errors):
             if not topic_filter(topic):
                 continue
             listed_group = info.get(group)
             state = listed_group.state if listed_group else ""
+            read: list[tuple[int, int, bool]] = []
             for part in partitions:
                 partition = part.partition_index
-                if part.error_code:
-                    failure = error_name_for_code(part.error_code)
-                    if failure != UNSTABLE_OFFSET_COMMIT:
-                        errors.append(
-                            _partition_error(failure, coordinator, topic, partition, f"group {group}")
-                        )
-                        continue
-                    unstable[coordinator][group][topic].append(partition)
-                    rows[(group, topic, partition)] = GroupOffset(
-                        group, topic, partition, -1, coordinator, state, True
-                    )
-                else:
-                    rows[(group, topic, partition)] = GroupOffset(
-                        group, topic, partition, part.committed_offset, coordinator, state, False
-                    )
+                if not part.error_code:
+                    read.append((partition, part.committed_offset, False))
+                    continue
+                failure = error_name_for_code(part.error_code)
+                if failure != UNSTABLE_OFFSET_COMMIT:
+                    errors.append(_partition_error(failure, coordinator, topic, partition, f"group {group}"))
+                    continue
+                unstable[coordinator][group][topic].append(partition)
+                read.append((partition, -1, True))
+            columns.add_topic(group, topic, coordinator, state, read)
     if unstable:
         # The committed offset behind a pending transactional commit: read it unstable.
         refetch = [
@@ -168,18 +173,76 @@ async def _collect(
             )
             for coordinator, groups in sorted(unstable.items())
         ]
+        where = columns.index()
         for _, coordinator, response in await requests.send_all(refetch):
             for group, topic, partition, offset, error in _offset_rows(response, coordinator, errors):
-                key = (group, topic, partition)
-                if error is not None and key in rows:
+                at = where.get((group, topic, partition))
+                if at is None:
+                    continue
+                if error is not None:
                     behind = f"group {group}: the offset behind its pending transactional commit"
                     errors.append(_partition_error(error, coordinator, topic, partition, behind))
-                elif error is None and key in rows:
-                    old = rows[key]
-                    rows[key] = GroupOffset(
-                        old.group, old.topic, old.partition, offset, old.coordinator_id, old.group_state, True
+                else:
+                    columns.set_committed(at, offset)
+    block = columns.done()
+    return Collected((block,) if block else (), tuple(errors))
+
+
+class _OffsetColumns:
+    """The columns of :class:`~exporter.model.GroupOffsets` as the responses fill them, a
+    topic of a group at a time. A row of a group in ``repeated`` (listed by two coordinators)
+    read twice is kept once, with its last read."""
+
+    def __init__(self, repeated: frozenset[str] = frozenset()) -> None:
+        self._columns: tuple[list[Any], ...] = tuple([] for _ in GroupOffsets.FIELDS)
+        self._repeated = repeated
+        self._seen: dict[tuple[str, str, int], int] = {}
+
+    def add_topic(
+        self, group: str, topic: str, coordinator: int, state: str, read: list[tuple[int, int, bool]]
+    ) -> None:
+        """``read``: (partition, committed offset, pending transactional commit) of the topic."""
+        groups, topics, partitions, offsets, coordinators, states, pending = self._columns
+        if group in self._repeated:
+            for partition, offset, unstable in read:
+                at = self._seen.get((group, topic, partition))
+                if at is not None:
+                    offsets[at], coordinators[at], states[at], pending[at] = (
+                        offset,
+                        coordinator,
+                        state,
+                        unstable,
                     )
-    return Collected(tuple(rows[k] for k in sorted(rows)), tuple(errors))
+                    continue
+                self._seen[(group, topic, partition)] = len(groups)
+                for column, value in zip(
+                    self._columns,
+                    (group, topic, partition, offset, coordinator, state, unstable),
+                    strict=True,
+                ):
+                    column.append(value)
+            return
+        n = len(read)
+        groups.extend([group] * n)
+        topics.extend([topic] * n)
+        coordinators.extend([coordinator] * n)
+        states.extend([state] * n)
+        for partition, offset, unstable in read:
+            partitions.append(partition)
+            offsets.append(offset)
+            pending.append(unstable)
+
+    def index(self) -> dict[tuple[str, str, int], int]:
+        """Each row's position by (group, topic, partition)."""
+        groups, topics, partitions = self._columns[:3]
+        return {key: i for i, key in enumerate(zip(groups, topics, partitions, strict=True))}
+
+    def set_committed(self, at: int, offset: int) -> None:
+        """The offset behind a pending transactional commit, on the row at ``at``."""
+        self._columns[3][at] = offset
+
+    def done(self) -> GroupOffsets:
+        return GroupOffsets(self._columns)
 
 
 def _partition_error(
@@ -294,13 +357,12 @@ def consumable_gaps(
     if max_offsets <= 0:
         return []
     lso = {(p.topic, p.partition): p.last_stable_offset for p in partitions if p.last_stable_offset >= 0}
-    gaps = {
-        (o.topic, o.partition, o.committed_offset, lso[(o.topic, o.partition)])
-        for o in offsets
-        if o.committed_offset >= 0
-        and (o.topic, o.partition) in lso
-        and 0 < lso[(o.topic, o.partition)] - o.committed_offset <= max_offsets
-    }
+    _, topics, partition_ids, committed = GroupOffsets.of(offsets).columns()[:4]
+    gaps = set()
+    for topic, partition, offset in zip(topics, partition_ids, committed, strict=True):
+        end = lso.get((topic, partition))
+        if end is not None and offset >= 0 and 0 < end - offset <= max_offsets:
+            gaps.add((topic, partition, offset, end))
     return sorted(gaps)
 
 

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from exporter.kafka.admin import ClusterAdmin
-from exporter.kafka.groups import collect_consumable_checks, collect_group_offsets
+from exporter.kafka.groups import collect_consumable_checks, collect_group_offsets, offsets_of
 from exporter.model import GroupOffset
 from testbed.broker import KafkaCluster
 from testbed.scenarios import OpenTransaction, produce_plain, run_transaction
@@ -65,7 +65,7 @@ def collect(
         group_filter=lambda g: g in groups,
     )
     assert result.errors == ()
-    return {(o.group, o.partition): o for o in result.rows}
+    return {(o.group, o.partition): o for o in offsets_of(result)}
 
 
 def test_read_committed_group_behind_an_open_transaction_has_committed_at_the_lso(
