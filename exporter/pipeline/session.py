@@ -62,7 +62,8 @@ CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 #: * a young generation of at most 48 MiB: by default a third of the heap, which the heap
 #:   grows to fill between collections (JVM RSS 849 -> 752 MiB at 10k partitions, same speed);
 #: * a bounded code cache and metaspace (the JIT's code and Spark's own ~23,500 classes; the
-#:   embedded driver generates no code, see LOCAL_DEFAULTS);
+#:   embedded driver generates code only for the group family's aggregation, a dozen classes
+#:   compiled once: see LOCAL_DEFAULTS and codegen_session);
 #: * two JIT compiler threads (a 2-core pod), 512 KiB thread stacks (Spark starts ~60 threads,
 #:   and its cached pools add one per broadcast or block removal, idle ones ending after 60 s);
 #: * exit on OutOfMemoryError: a JVM in that state is useless; the daemon's supervision
@@ -137,7 +138,8 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
     # new classes (never reused: metaspace grew ~0.3 MiB a cycle until a full collection) and
     # the first cycle ~140. Without it, warm 10k-partition cycles went from 1.76 to 1.36 s,
     # 100k from 2.74 to 2.39 s, and nothing is compiled after start (bench/pipeline_bench.py;
-    # Spark's CodegenMetrics compilation count).
+    # Spark's CodegenMetrics compilation count). One step without the clock runs compiled in
+    # a session of its own (codegen_session): the group family's aggregation of the offsets.
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     # Interpreted, an expression used twice in a projection (the group family's "committed
