@@ -378,9 +378,10 @@ def codegen_session(spark: SparkSession) -> SparkSession:
 def rehome(frame: DataFrame, spark: SparkSession) -> DataFrame:
     """``frame``, made in another session of the same SparkContext, as a DataFrame of
     ``spark``: the same logical plan, analysed and planned by ``spark`` (with its settings)
-    from now on. Meant for a leaf (a checkpoint), whose plan is already fixed. Through Spark's own constructor of a DataFrame from a plan
-    (``classic.Dataset.ofRows``, ``private[sql]`` in Scala, public in the bytecode that py4j
-    calls); tests/unit/test_pipeline.py checks it on the installed Spark."""
+    from now on. Meant for a leaf (a checkpoint), whose plan is already fixed. Through
+    Spark's own constructor of a DataFrame from a plan (``classic.Dataset.ofRows``,
+    ``private[sql]`` in Scala, public in the bytecode that py4j calls);
+    tests/unit/test_pipeline.py checks it on the installed Spark."""
     if frame.sparkSession is spark:
         return frame
     jvm: Any = spark._jvm
