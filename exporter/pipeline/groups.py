@@ -162,9 +162,6 @@ class GroupInputs:
     checks: DataFrame
     lso_history: DataFrame
     at_lso: DataFrame
-    #: The names of the inputs that hold no row (the usual cycle: no consumable check, no
-    #: carry): the family leaves their joins out of its plan.
-    empty: frozenset[str] = frozenset()
 
 
 def group_input_frames(
@@ -176,10 +173,7 @@ def group_input_frames(
 ) -> GroupInputs:
     """The snapshot's group records and the previous cycle's carry as DataFrames."""
     carry = carry or GroupsCarry()
-    sizes = {"offsets": len(offsets), "checks": len(checks), "lso_history": len(carry.lso_history)}
-    sizes["at_lso"] = len(carry.at_lso)
     return GroupInputs(
-        empty=frozenset(name for name, n in sizes.items() if not n),
         # made in the code-generating session: the family's one large step reads it there
         offsets=_columns_frame(
             codegen_session(spark),
@@ -253,20 +247,16 @@ def group_frames(
     if "application" not in txns.columns:
         txns = txns.withColumn("application", application_column("transactional_id", rules))
 
-    joined = inputs.offsets.join(build_side(parts), ["topic", "partition"], "left")
-    if "checks" in inputs.empty:
-        joined = joined.select("*", F.lit(None).cast("long").alias("consumable_records"))
-    else:
-        checks = inputs.checks.select(
-            "topic",
-            "partition",
-            c("from_offset").alias("committed_offset"),
-            c("to_offset").alias("last_stable_offset"),
-            "consumable_records",
-        )
-        joined = joined.join(
-            build_side(checks), ["topic", "partition", "committed_offset", "last_stable_offset"], "left"
-        )
+    checks = inputs.checks.select(
+        "topic",
+        "partition",
+        c("from_offset").alias("committed_offset"),
+        c("to_offset").alias("last_stable_offset"),
+        "consumable_records",
+    )
+    joined = inputs.offsets.join(build_side(parts), ["topic", "partition"], "left").join(
+        build_side(checks), ["topic", "partition", "committed_offset", "last_stable_offset"], "left"
+    )
     # A negative committed offset (none committed) counts for the group's summary only.
     known = (c("committed_offset") >= 0) & (c("last_stable_offset") >= 0) & (c("high_watermark") >= 0)
     consumable = F.when(
@@ -348,10 +338,8 @@ def group_frames(
         .limit(partition_limit)
     )
 
-    lso_history = _lso_history(parts, None if "lso_history" in inputs.empty else inputs.lso_history)
-    at_lso = _at_lso(
-        by_topic, None if "at_lso" in inputs.empty else inputs.at_lso, parts, offsets_incomplete, now_ms
-    )
+    lso_history = _lso_history(parts, inputs.lso_history)
+    at_lso = _at_lso(by_topic, inputs.at_lso, parts, offsets_incomplete, now_ms)
     blocked_all = _blocked(at_lso, lso_history, txns, config.blocked_after_cycles, now_ms)
     blocked = blocked_all.orderBy(c("blocked_ms").desc(), "group", "topic", "partition").limit(
         config.max_blocked
@@ -401,17 +389,11 @@ def group_frames(
     )
 
 
-def _lso_history(parts: DataFrame, previous: DataFrame | None) -> DataFrame:
+def _lso_history(parts: DataFrame, previous: DataFrame) -> DataFrame:
     """Partitions whose LSO is below the HWM, with how many consecutive cycles the LSO has
     been seen there unchanged. A partition whose offsets were not read this cycle keeps its
-    row; a partition gone from the snapshot (or caught up) drops it. ``previous``: the last
-    cycle's rows, None when it had none."""
+    row; a partition gone from the snapshot (or caught up) drops it."""
     c = F.col
-    if previous is None:
-        read = (c("last_stable_offset") >= 0) & (c("high_watermark") >= 0)
-        return parts.where(read & (c("last_stable_offset") < c("high_watermark"))).select(
-            "topic", "partition", "last_stable_offset", F.lit(1).alias("cycles")
-        )
     prev = previous.select(
         "topic", "partition", c("last_stable_offset").alias("prev_lso"), c("cycles").alias("prev_cycles")
     )
@@ -432,7 +414,7 @@ def _lso_history(parts: DataFrame, previous: DataFrame | None) -> DataFrame:
 
 
 def _at_lso(
-    by_topic: DataFrame, previous: DataFrame | None, parts: DataFrame, offsets_incomplete: bool, now_ms: int
+    by_topic: DataFrame, previous: DataFrame, parts: DataFrame, offsets_incomplete: bool, now_ms: int
 ) -> DataFrame:
     """Group partitions whose committed offset is the LSO, with the LSO below the HWM, and
     since when they have been there (kept from the previous cycle while the LSO is the same).
@@ -441,18 +423,15 @@ def _at_lso(
     were not read, or its group's offsets were not (absent while the group collection lost a
     part: ``offsets_incomplete``) and the partition's LSO has not moved. Only evidence (the
     committed offset or the LSO moved, the group gone from a complete collection) ends it,
-    so one lost cycle does not restart a blocked page's clock. ``previous``: the last cycle's
-    rows, None when it had none (every row starts now, none is carried)."""
+    so one lost cycle does not restart a blocked page's clock."""
     c = F.col
     keys = ["group", "topic", "partition"]
+    prev = previous.select(*keys, c("last_stable_offset").alias("prev_lso"), "since_ms")
     at = by_topic.where(c("at_lso").isNotNull()).select(
         *keys,
         c("at_lso").alias("last_stable_offset"),
         c("at_hwm").alias("high_watermark"),
     )
-    if previous is None:
-        return one_partition(at.select("*", F.lit(now_ms).cast("long").alias("since_ms")))
-    prev = previous.select(*keys, c("last_stable_offset").alias("prev_lso"), "since_ms")
     current = at.join(build_side(prev), keys, "left").select(
         *keys,
         "last_stable_offset",
