@@ -166,7 +166,7 @@ def build_side(frame: DataFrame) -> DataFrame:
 
 #: More rows than a cycle's table ever holds (and than one Spark partition can): as a limit,
 #: it never drops a row.
-_UNREACHED_LIMIT = 2**31 - 1
+UNREACHED_LIMIT = 2**31 - 1
 
 
 def in_place(frame: DataFrame) -> DataFrame:
@@ -182,15 +182,16 @@ def in_place(frame: DataFrame) -> DataFrame:
       not "one partition": ``coalesce(1)`` says it again (no work on one partition);
     * without statistics a join's estimate is the product of its sides', and a chain of
       joins passes any bound. A limit's estimate is its row count times its row's width, so
-      a limit no table reaches (:data:`_UNREACHED_LIMIT`) starts the estimate again;
+      a limit no table reaches (:data:`UNREACHED_LIMIT`) starts the estimate again;
     * the optimiser moves an anti or semi join below its big side's ``coalesce(1)``, onto the
       bare scan of a file (a table of :class:`Handover`); it moves nothing below a limit.
 
-    The group family's blocked partitions and carried rows read their joins through it: a
-    cycle with groups at the LSO ran 2 to 5 stages more than one without, none now (~0.05 s
+    The group family's blocked partitions and carried rows read their joins the same way (its
+    SQL writes ``COALESCE(1)`` under this limit: ``groups._family_sql``): a cycle with groups
+    at the LSO ran 2 to 5 stages more than one without, none now (~0.05 s
     at 1000 groups x 100 partitions, cycles alternating in one session). The
     classification's chain does not: see ``compute._classified`` for what it cost there."""
-    return one_partition(frame).limit(_UNREACHED_LIMIT)
+    return one_partition(frame).limit(UNREACHED_LIMIT)
 
 
 #: Tables of at least this many rows reach an embedded JVM as files (see the module's doc).

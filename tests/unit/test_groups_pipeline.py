@@ -4,6 +4,7 @@ counts, and what is carried from one cycle to the next. No broker; the shared Sp
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -373,3 +374,27 @@ def test_a_cycle_without_checks_or_carry_shuffles_nothing(spark: SparkSession) -
     frames = group_frames(inputs, parts, txns, CONFIG, T0)
     plan = frames.single()._jdf.queryExecution().executedPlan().toString()
     assert "Exchange" not in plan, plan
+
+
+def test_each_output_of_the_family_reads_alone_as_it_reads_in_the_one_action(spark: SparkSession) -> None:
+    """The family is one SQL statement over its inputs (``group_frames``); any one output,
+    read by itself, has the rows it has in the union that the cycle's action reads."""
+    result = cycles(
+        spark, [offset("reader", 10), offset("behind", 4)], [(TOPIC, 0, 15, 10)], [OPEN_AT_10], 3
+    )[-1]
+    inputs = group_input_frames(spark, [offset("reader", 10), offset("behind", 4)], carry=result.carry)
+    frames = group_frames(
+        inputs, partitions(spark, [(TOPIC, 0, 15, 10)]), transactions(spark, [OPEN_AT_10]), CONFIG, T0
+    )
+    together: dict[str, list[dict[str, object]]] = {}
+    for row in frames.single().collect():
+        together.setdefault(row["kind"], []).append(json.loads(row["row"]))
+    assert set(together) >= {"lags", "blocked", "groups", "by_application", "lso_history", "at_lso"}
+    for name in frames.queries:
+        # as to_json writes a row: without its null fields
+        alone = [
+            {k: v for k, v in r.asDict(recursive=True).items() if v is not None}
+            for r in frames.frame(name).collect()
+        ]
+        key = json.dumps
+        assert sorted(alone, key=key) == sorted(together.get(name, []), key=key), name
