@@ -132,6 +132,15 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
     # cached frames are small; the rest of the heap is for planning and the Arrow hand-over.
     "spark.memory.fraction": "0.5",
     "spark.memory.storageFraction": "0.3",
+    # Every hash join's build side, hash aggregation and sort of a task takes its memory a
+    # page at a time, and a cycle's plan is one task (tables.one_partition) that holds all of
+    # them at once. Spark sizes a page from the execution pool (4 MiB with the 512m driver),
+    # so a cycle with consumer groups took ~50 MiB of a ~67-95 MiB pool for tables of a few
+    # hundred rows, and two cycles at once (clusters in parallel, or a cycle beside a stage of
+    # another) failed with UNABLE_TO_ACQUIRE_MEMORY: three clusters' cycles with groups on one
+    # session failed in three runs of three. With 1 MiB pages: none failed, and one cycle of
+    # those fits in a pool a third the size (tests/integration/test_spark_memory.py).
+    "spark.buffer.pageSize": "1m",
     # No code generation: a cycle's tables are thousands of rows, not billions, and Spark's
     # interpreted operators handle them faster than it compiles the generated classes.
     # Generated code inlines literals, so the cycle's clock made every warm cycle compile 5

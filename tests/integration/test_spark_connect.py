@@ -65,6 +65,7 @@ SERVER_CONF = {
     "spark.sql.shuffle.partitions": "1",
     "spark.default.parallelism": "2",
     "spark.sql.adaptive.enabled": "false",
+    "spark.buffer.pageSize": "1m",
     "spark.connect.grpc.binding.address": "127.0.0.1",
 }
 #: The server logs warnings, and the Connect service's own start-up lines, to its log file.

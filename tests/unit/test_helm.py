@@ -919,7 +919,7 @@ def test_values_hold_no_secret(values: Manifest) -> None:
 def test_the_charts_connect_server_plans_like_the_embedded_driver(helm: str) -> None:
     """The shared Spark Connect server runs the same pipeline as an embedded driver: the
     settings that make a small cycle fast (interpreted, one shuffle partition, no adaptive
-    re-planning) are the embedded driver's."""
+    re-planning, small memory pages) are the embedded driver's."""
     docs = render(helm, sets=["spark.mode=connect", "spark.connectServer.enabled=true"])
     [server] = [
         c
@@ -935,5 +935,6 @@ def test_the_charts_connect_server_plans_like_the_embedded_driver(helm: str) -> 
         "spark.sql.subexpressionElimination.enabled",
         "spark.sql.shuffle.partitions",
         "spark.sql.adaptive.enabled",
+        "spark.buffer.pageSize",
     ):
         assert conf.get(key) == LOCAL_DEFAULTS[key], key
