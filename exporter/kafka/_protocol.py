@@ -12,7 +12,10 @@ kafka-python's private attributes:
   a future with a timeout), ``cluster.request_update``, ``_auth_failures`` (the login
   failure a node's connection recorded), and ``_backoff`` with ``reset_backoff`` (the
   reconnect backoff of each node);
-* ``KafkaNetClient._net`` (the selector): ``sleep`` and ``stop`` (the I/O thread).
+* ``KafkaNetClient._net`` (the selector): ``sleep`` and ``stop`` (the I/O thread);
+* ``ResponseClassRegistry._response_class_registry`` (the response class per API key, which
+  the connection's reader asks for a version's ``parse_header`` and ``decode``): see
+  :func:`decode_with`.
 
 :data:`INTERNALS` lists them; ``tests/unit/test_kafka_protocol.py`` checks that the
 installed kafka-python still has every one, so an upgrade that moves them fails a unit test
@@ -40,6 +43,7 @@ INTERNALS = (
     ("kafka.net.manager.KafkaConnectionManager", "reset_backoff"),
     ("kafka.net.selector.NetworkSelector", "sleep"),
     ("kafka.net.selector.NetworkSelector", "stop"),
+    ("kafka.protocol.api_header.ResponseClassRegistry", "_response_class_registry"),
 )
 #: How much longer than a request's own timeout its answer is awaited (the request times out
 #: on the connection first; this only guards against a lost callback).
@@ -159,6 +163,61 @@ class ProtocolClient:
             raise KafkaUnavailable("the admin client is closed")
 
 
+class _Decoding:
+    """Stands in for a response class in kafka-python's registry: a version in ``versions``
+    is decoded by ``decode`` (its header as kafka-python reads it); any other version, and
+    every other attribute, is the class's own."""
+
+    def __init__(self, response_class: Any, versions: range, decode: Callable[[bytes], Any]) -> None:
+        self.original = response_class
+        self.versions = versions
+        self.decode_body = decode
+
+    def __getitem__(self, version: int) -> Any:
+        versioned = self.original[version]
+        return _DecodingVersion(versioned, self.decode_body) if version in self.versions else versioned
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.original, name)
+
+
+class _DecodingVersion:
+    def __init__(self, versioned: Any, decode: Callable[[bytes], Any]) -> None:
+        self.versioned = versioned
+        self.decode_body = decode
+
+    def parse_header(self, data: Any) -> Any:
+        return self.versioned.parse_header(data)
+
+    def decode(self, data: Any) -> Any:
+        return self.decode_body(data.read() if hasattr(data, "read") else bytes(data))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.versioned, name)
+
+
+def decode_with(response_class: Any, versions: range, decode: Callable[[bytes], Any]) -> None:
+    """Have kafka-python hand the responses of ``response_class`` in ``versions`` to
+    ``decode`` (the body's bytes, after the response header) instead of decoding them into
+    its own objects: ``exporter.kafka.wire`` reads OffsetFetch straight into columns.
+
+    For the whole process (kafka-python keeps one response class per API key); only this
+    package sends kafka-python requests. Idempotent. ``decode`` raises ValueError on bytes
+    it cannot read, which kafka-python reports as a protocol error of that request."""
+    from kafka.protocol.api_header import ResponseClassRegistry
+
+    registry = ResponseClassRegistry._response_class_registry
+    # kafka-python makes a class per version on first use, and making one registers it under
+    # the API key again (its metaclass drops ``init=False``): make them all first.
+    for version in range(response_class.max_version + 1):
+        response_class[version]
+    current = registry.get(response_class.API_KEY)
+    if isinstance(current, _Decoding) and current.versions == versions and current.decode_body is decode:
+        return
+    original = current.original if isinstance(current, _Decoding) else response_class
+    registry[response_class.API_KEY] = _Decoding(original, versions, decode)
+
+
 def stop_network(network_client: Any) -> None:
     """Close a network client that no admin client owns, and stop its I/O thread."""
     network_client.close()
@@ -179,6 +238,9 @@ def missing_internals() -> list[str]:
             "kafka.net.compat.KafkaNetClient": probe,
             "kafka.net.manager.KafkaConnectionManager": getattr(probe, "_manager", None),
             "kafka.net.selector.NetworkSelector": getattr(probe, "_net", None),
+            "kafka.protocol.api_header.ResponseClassRegistry": importlib.import_module(
+                "kafka.protocol.api_header"
+            ).ResponseClassRegistry(),
         }
         missing = []
         for path, attribute in INTERNALS:

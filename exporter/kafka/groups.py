@@ -28,9 +28,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from exporter.kafka._protocol import ProtocolClient
+from exporter.kafka._protocol import ProtocolClient, decode_with
 from exporter.kafka.admin import Collected
 from exporter.kafka.errors import KafkaUnavailable, error_name, error_name_for_code
+from exporter.kafka.wire import (
+    OFFSET_FETCH_VERSIONS,
+    OffsetFetchColumns,
+    TopicOffsets,
+    columns_of,
+    decode_offset_fetch,
+)
 from exporter.model import CollectionError, ConsumableCheck, GroupOffset, GroupOffsets, PartitionOffsets
 
 log = logging.getLogger(__name__)
@@ -40,8 +47,9 @@ UNSTABLE_OFFSET_COMMIT = "UNSTABLE_OFFSET_COMMIT"
 #: Group types that keep no consumer offsets to read.
 _SKIPPED_GROUP_TYPES = frozenset({"share"})
 _SKIPPED_PROTOCOL_TYPES = frozenset({"connect"})
-#: OffsetFetch v8 (Kafka 3.0) batches groups; v10 names topics by id only.
-_OFFSET_FETCH_VERSIONS = {"min_version": 8, "max_version": 9}
+#: OffsetFetch v8 (Kafka 3.0) batches groups; v10 names topics by id only. Their responses
+#: are read into columns by exporter.kafka.wire.
+_OFFSET_FETCH_VERSIONS = {"min_version": OFFSET_FETCH_VERSIONS[0], "max_version": OFFSET_FETCH_VERSIONS[-1]}
 #: Fetch v4 brings isolation levels and aborted transactions; v13 names topics by id only.
 _FETCH_VERSIONS = {"min_version": 4, "max_version": 12}
 
@@ -82,6 +90,7 @@ def collect_group_offsets(
     """Committed offsets, on topics passing ``topic_filter``, of the groups passing
     ``group_filter``, as one block of columns (``rows``: that block, or none when nothing
     was read; :func:`offsets_of`). ``client`` is kafka-python's ``KafkaAdminClient``."""
+    _read_offset_fetch_as_columns()
     requests = _Requests(client, request_timeout_ms)
     try:
         result: Collected[GroupOffsets] = requests.run(
@@ -97,6 +106,12 @@ def collect_group_offsets(
     except Exception as e:  # a broken client: the whole stage is lost, the cycle goes on
         return Collected((), (CollectionError("OffsetFetch", error_name(e), message=str(e)[:200]),))
     return result
+
+
+def _read_offset_fetch_as_columns() -> None:
+    from kafka.protocol.consumer.group import OffsetFetchResponse
+
+    decode_with(OffsetFetchResponse, OFFSET_FETCH_VERSIONS, decode_offset_fetch)
 
 
 def offsets_of(collected: Collected[GroupOffsets]) -> GroupOffsets:
@@ -140,21 +155,26 @@ async def _collect(
     )
     info = {g.group: g for g in wanted}
     for _, coordinator, response in await requests.send_all(fetch):
-        # Per (group, topic): the filter, the group's state; per partition only the columns
-        # (at 1000 groups x 100, this loop and its 100k records took over half the
-        # collection's CPU when it did all of it per partition, and a record per row 0.14 s).
+        # Per (group, topic): the filter, the group's state; a topic without errors goes into
+        # the columns as the response's columns (at 1000 groups x 100, this loop and its 100k
+        # records took over half the collection's CPU when it did all of it per partition,
+        # and a record per row 0.14 s).
         for group, topic, partitions in _offset_topics(response, coordinator, errors):
             if not topic_filter(topic):
                 continue
             listed_group = info.get(group)
             state = listed_group.state if listed_group else ""
+            if not any(partitions.error_codes):
+                columns.add_columns(group, topic, coordinator, state, partitions)
+                continue
             read: list[tuple[int, int, bool]] = []
-            for part in partitions:
-                partition = part.partition_index
-                if not part.error_code:
-                    read.append((partition, part.committed_offset, False))
+            for partition, offset, code in zip(
+                partitions.partitions, partitions.committed_offsets, partitions.error_codes, strict=True
+            ):
+                if not code:
+                    read.append((partition, offset, False))
                     continue
-                failure = error_name_for_code(part.error_code)
+                failure = error_name_for_code(code)
                 if failure != UNSTABLE_OFFSET_COMMIT:
                     errors.append(_partition_error(failure, coordinator, topic, partition, f"group {group}"))
                     continue
@@ -202,7 +222,7 @@ class _OffsetColumns:
         self, group: str, topic: str, coordinator: int, state: str, read: list[tuple[int, int, bool]]
     ) -> None:
         """``read``: (partition, committed offset, pending transactional commit) of the topic."""
-        groups, topics, partitions, offsets, coordinators, states, pending = self._columns
+        groups, _, _, offsets, coordinators, states, pending = self._columns
         if group in self._repeated:
             for partition, offset, unstable in read:
                 at = self._seen.get((group, topic, partition))
@@ -222,15 +242,50 @@ class _OffsetColumns:
                 ):
                     column.append(value)
             return
-        n = len(read)
-        groups.extend([group] * n)
-        topics.extend([topic] * n)
-        coordinators.extend([coordinator] * n)
-        states.extend([state] * n)
-        for partition, offset, unstable in read:
-            partitions.append(partition)
-            offsets.append(offset)
-            pending.append(unstable)
+        self._extend(
+            group,
+            topic,
+            coordinator,
+            state,
+            [partition for partition, _, _ in read],
+            [offset for _, offset, _ in read],
+            [unstable for _, _, unstable in read],
+        )
+
+    def add_columns(self, group: str, topic: str, coordinator: int, state: str, read: TopicOffsets) -> None:
+        """A topic read without errors (so no pending transactional commit)."""
+        if group in self._repeated:
+            rows = [
+                (partition, offset, False)
+                for partition, offset in zip(read.partitions, read.committed_offsets, strict=True)
+            ]
+            self.add_topic(group, topic, coordinator, state, rows)
+            return
+        pending = [False] * len(read.partitions)
+        self._extend(group, topic, coordinator, state, read.partitions, read.committed_offsets, pending)
+
+    def _extend(
+        self,
+        group: str,
+        topic: str,
+        coordinator: int,
+        state: str,
+        partitions: list[int],
+        offsets: list[int],
+        pending: list[bool],
+    ) -> None:
+        n = len(partitions)
+        values: tuple[list[Any], ...] = (
+            [group] * n,
+            [topic] * n,
+            partitions,
+            offsets,
+            [coordinator] * n,
+            [state] * n,
+            pending,
+        )
+        for column, more in zip(self._columns, values, strict=True):
+            column.extend(more)
 
     def index(self) -> dict[tuple[str, str, int], int]:
         """Each row's position by (group, topic, partition)."""
@@ -310,9 +365,9 @@ def _offset_fetch_request(groups: Mapping[str, Mapping[str, list[int]] | None], 
 
 def _offset_topics(
     response: Any, coordinator: int, errors: list[CollectionError]
-) -> Iterable[tuple[str, str, Any]]:
-    """(group, topic, the topic's partitions as the response holds them) of one response;
-    request- and group-level failures go to ``errors``."""
+) -> Iterable[tuple[str, str, TopicOffsets]]:
+    """(group, topic, the topic's partition columns) of one response (read by
+    exporter.kafka.wire); request- and group-level failures go to ``errors``."""
     if isinstance(response, BaseException):
         errors.append(
             CollectionError(
@@ -320,6 +375,8 @@ def _offset_topics(
             )
         )
         return
+    if not isinstance(response, OffsetFetchColumns):  # read by kafka-python after all
+        response = columns_of(response)
     for group in response.groups:
         if group.error_code != 0:
             errors.append(
@@ -332,7 +389,7 @@ def _offset_topics(
             )
             continue
         for topic in group.topics:
-            yield group.group_id, topic.name, topic.partitions
+            yield group.group_id, topic.name, topic
 
 
 def _offset_rows(
@@ -340,10 +397,10 @@ def _offset_rows(
 ) -> Iterable[tuple[str, str, int, int, str | None]]:
     """(group, topic, partition, committed offset, error name or None) of one response;
     request- and group-level failures go to ``errors``."""
-    for group, topic, partitions in _offset_topics(response, coordinator, errors):
-        for part in partitions:
-            error = error_name_for_code(part.error_code) if part.error_code else None
-            yield group, topic, part.partition_index, part.committed_offset, error
+    for group, topic, read in _offset_topics(response, coordinator, errors):
+        columns = zip(read.partitions, read.committed_offsets, read.error_codes, strict=True)
+        for partition, offset, code in columns:
+            yield group, topic, partition, offset, error_name_for_code(code) if code else None
 
 
 # --- "lag stuck at 1": what lies between a committed offset and the LSO -------------------
