@@ -260,9 +260,10 @@ def main() -> None:
         top = sorted(r.steps.items(), key=lambda kv: -kv[1])[:6]
         print(f"  {r.partitions:>7}: " + ", ".join(f"{k} {v:.2f}s" for k, v in top))
     print()
+    name = "pipeline_connect" if args.connect else "pipeline"
     for r in rows:  # read by bench/run.py for its targets table
-        print(f"FIGURE\tpipeline_warm_s@{r.partitions}\t{r.median_s:.4g}")
-        print(f"FIGURE\tpipeline_actions@{r.partitions}\t{r.actions}")
+        print(f"FIGURE\t{name}_warm_s@{r.partitions}\t{r.median_s:.4g}")
+        print(f"FIGURE\t{name}_actions@{r.partitions}\t{r.actions}")
 
 
 if __name__ == "__main__":

@@ -183,7 +183,8 @@ CLUSTER_DEFAULTS: Mapping[str, str] = {
 }
 
 #: The Spark setting that overrides ``tables.FILE_MIN_ROWS`` (the fewest rows of an input
-#: table that reaches an embedded JVM as a Parquet file rather than in the plan) for a session.
+#: table that leaves the plan: a Parquet file on an embedded JVM, a checkpoint on a remote
+#: master or Spark Connect) for a session.
 FILE_MIN_ROWS_CONF = "spark.kafkaTxnExporter.handoverFileMinRows"
 #: That bound for a session that runs one computation (the CLI's local fallback). On a fresh
 #: JVM the first file costs the Parquet reader's start (classes loaded, code interpreted): the

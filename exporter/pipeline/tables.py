@@ -16,11 +16,15 @@ code runs on a classic session and on Spark Connect.
 Such a frame is a ``LocalRelation``: its rows are part of the plan, and Spark's analyser and
 optimiser walk and hash every row of it in each of their rules. That is free for a hundred
 rows and the larger part of a cycle for 100,000 (measured: the pipeline at 100k partitions
-6.9 s -> 2.7 s, the group family at 1000 groups x 100 partitions 3.4 s -> 1.8 s). So on an
-embedded (local-mode) session, whose JVM reads this host's files, a table of at least
-:data:`FILE_MIN_ROWS` rows goes in as a Parquet file instead (:class:`Handover`); the plan
-then holds only its path. A remote master or Spark Connect server cannot read our files:
-there every table stays in the plan.
+6.9 s -> 2.7 s, the group family at 1000 groups x 100 partitions 3.4 s -> 1.8 s). So a table
+of at least :data:`FILE_MIN_ROWS` rows leaves the plan (:class:`Handover`). On an embedded
+(local-mode) session, whose JVM reads this host's files, it goes in as a Parquet file; the
+plan then holds only its path. A remote master or Spark Connect server cannot read our
+files: there it becomes a lazy local checkpoint, a leaf that the engine computes once inside
+the cycle's action and that the plan names without its rows. On Spark Connect a table kept
+in the plan also travels, and is turned into rows on the server, once for every place the
+cycle reads it: at 100k partitions the server's 512m heap filled with copies of the same
+tables and a warm cycle took 10-35 s (bench/pipeline_bench.py ``--connect``).
 
 Every input table is ONE partition (:func:`one_partition`), and a join reads its small side
 as a hash table built in the same task (:func:`build_side`), never a broadcast. A snapshot is
@@ -194,28 +198,33 @@ def in_place(frame: DataFrame) -> DataFrame:
     return one_partition(frame).limit(UNREACHED_LIMIT)
 
 
-#: Tables of at least this many rows reach an embedded JVM as files (see the module's doc).
+#: Tables of at least this many rows leave the plan: as files on an embedded JVM, as
+#: checkpoints elsewhere (see the module's doc).
 FILE_MIN_ROWS = 2_000
 
 
 class Handover:
     """How one computation's input tables reach the JVM: small ones in the plan, large ones
-    (on an embedded session) as Parquet files in a directory of their own, removed by
-    :meth:`close` once the computation's action has run. Use as a context manager."""
+    out of it. On an embedded session those are Parquet files in a directory of their own,
+    removed by :meth:`close` once the computation's action has run; on a remote master or a
+    Spark Connect server, lazy local checkpoints (the engine releases them with the frame).
+    Use as a context manager."""
 
     def __init__(self, spark: SparkSession, min_rows: int | None = None) -> None:
         self._spark = spark
-        self._min_rows = (
-            (_file_min_rows(spark) if min_rows is None else min_rows) if _reads_our_files(spark) else None
-        )
+        self._files = _reads_our_files(spark)
+        self._min_rows = _file_min_rows(spark) if min_rows is None else min_rows
         self._dir: str | None = None
 
     def frame(self, table: pa.Table, schema: StructType, session: SparkSession | None = None) -> DataFrame:
         """The table as a one-partition DataFrame (:func:`one_partition`), of ``session``
         (another session of the same SparkContext) if given."""
         spark = session if session is not None else self._spark
-        if self._min_rows is None or table.num_rows < self._min_rows:
-            return one_partition(spark.createDataFrame(table, schema))
+        if table.num_rows < self._min_rows or not self._files:
+            in_plan = one_partition(spark.createDataFrame(table, schema))
+            if table.num_rows < self._min_rows:
+                return in_plan
+            return one_partition(in_plan.localCheckpoint(eager=False))
         if self._dir is None:
             self._dir = tempfile.mkdtemp(prefix="kte-inputs-")
         path = f"{self._dir}/{uuid.uuid4().hex}.parquet"

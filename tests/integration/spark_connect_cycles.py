@@ -184,10 +184,13 @@ def main(argv: list[str]) -> int:
 
     from exporter.config import SparkConfig
     from exporter.pipeline.compute import compute
-    from exporter.pipeline.session import spark_session, stop
+    from exporter.pipeline.session import FILE_MIN_ROWS_CONF, spark_session, stop
 
     (url,) = argv
     spark = spark_session(SparkConfig(connect_url=url))
+    # Tables of 5 rows or more leave the plan as checkpoints (tables.Handover), as the
+    # large tables of a real cluster do: the rich cycles read some of each kind.
+    spark.conf.set(FILE_MIN_ROWS_CONF, "5")
     try:
         results = run_cycles(
             lambda snap, settings, previous, now_ms: compute(

@@ -1,5 +1,5 @@
-"""How input tables reach the JVM: large ones as files on an embedded session, with the
-same results as when every table is in the plan."""
+"""How input tables reach the JVM: large ones as files on an embedded session and as
+checkpoints on a remote one, with the same results as when every table is in the plan."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from exporter.groups_config import GroupsConfig
 from exporter.model import ClusterSnapshot, CycleResult, GroupOffset, PipelineSettings
@@ -56,13 +56,18 @@ def _two_cycles(spark: SparkSession, snap: ClusterSnapshot) -> tuple[CycleResult
     return first, second
 
 
+def _with_every_table_in_the_plan(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> tuple[ClusterSnapshot, tuple[CycleResult, CycleResult]]:
+    snap = _busy_snapshot()
+    monkeypatch.setattr(tables, "FILE_MIN_ROWS", 10**9)
+    return snap, _two_cycles(spark, snap)
+
+
 def test_large_tables_reach_an_embedded_jvm_as_files_with_the_same_results(
     spark: SparkSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    snap = _busy_snapshot()
-    monkeypatch.setattr(tables, "FILE_MIN_ROWS", 10**9)
-    in_plan = _two_cycles(spark, snap)
-
+    snap, in_plan = _with_every_table_in_the_plan(spark, monkeypatch)
     written: list[str] = []
     write = pq.write_table
 
@@ -78,6 +83,29 @@ def test_large_tables_reach_an_embedded_jvm_as_files_with_the_same_results(
     assert via_files == in_plan
     assert in_plan[1].findings and in_plan[1].groups is not None and in_plan[1].groups.lags
     assert not any(os.path.exists(os.path.dirname(path)) for path in written), "input files left behind"
+
+
+def test_large_tables_become_checkpoints_where_the_engine_cannot_read_our_files_with_the_same_results(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    snap, in_plan = _with_every_table_in_the_plan(spark, monkeypatch)
+    checkpointed: list[int] = []
+    classic = type(spark.range(1))
+    checkpoint = classic.localCheckpoint
+
+    def spy(frame: DataFrame, eager: bool = True, storageLevel: Any = None) -> DataFrame:  # noqa: N803
+        checkpointed.append(1)
+        return checkpoint(frame, eager)
+
+    monkeypatch.setattr(tables, "_reads_our_files", lambda session: False)
+    monkeypatch.setattr(tables, "FILE_MIN_ROWS", 50)
+    monkeypatch.setattr(classic, "localCheckpoint", spy)
+    remote_like = _two_cycles(spark, snap)
+
+    # The 200 partitions' offsets and the groups' 400 offsets, each cycle, besides the
+    # classification's own checkpoint.
+    assert len(checkpointed) > 2
+    assert remote_like == in_plan
 
 
 def test_a_session_may_set_its_own_bound_for_files(
@@ -105,29 +133,38 @@ def test_a_session_may_set_its_own_bound_for_files(
 
 
 class _InPlan(tuple):  # type: ignore[type-arg]
-    """What the fake sessions below return: a table kept in the plan, one partition."""
+    """What the fake sessions below return: a table kept in the plan, one partition, which
+    may be made a checkpoint."""
 
     def coalesce(self, partitions: int) -> _InPlan:
         assert partitions == 1
         return self
+
+    def localCheckpoint(self, eager: bool) -> _InPlan:  # noqa: N802 (PySpark's name)
+        assert not eager, "a checkpoint computed before the cycle's action is a job of its own"
+        return _InPlan(("checkpoint", *self))
 
 
 def _in_plan(table: Any, schema: Any) -> _InPlan:
     return _InPlan(("in plan", table.num_rows))
 
 
-def test_a_remote_session_keeps_every_table_in_the_plan() -> None:
+def _frames(session: Any, sizes: tuple[int, ...]) -> list[Any]:
+    with Handover(session, min_rows=3) as handover:
+        return [
+            handover.frame(tables.arrow_of(tables.BrokerRow, [tables.BrokerRow(b) for b in range(n)]), None)  # type: ignore[arg-type]
+            for n in sizes
+        ]
+
+
+def test_a_remote_session_keeps_small_tables_in_the_plan_and_checkpoints_large_ones() -> None:
     connect_like = SimpleNamespace(createDataFrame=_in_plan)
-    with Handover(connect_like, min_rows=1) as handover:  # type: ignore[arg-type]
-        frame: Any = handover.frame(tables.arrow_of(tables.BrokerRow, [tables.BrokerRow(1)]), None)  # type: ignore[arg-type]
-    assert frame == ("in plan", 1)
+    assert _frames(connect_like, (2, 3)) == [("in plan", 2), ("checkpoint", "in plan", 3)]
 
 
-def test_a_cluster_master_keeps_every_table_in_the_plan() -> None:
+def test_a_cluster_master_keeps_small_tables_in_the_plan_and_checkpoints_large_ones() -> None:
     on_cluster = SimpleNamespace(
         _sc=SimpleNamespace(master="spark://spark-master:7077"),
         createDataFrame=_in_plan,
     )
-    with Handover(on_cluster, min_rows=1) as handover:  # type: ignore[arg-type]
-        frame: Any = handover.frame(tables.arrow_of(tables.BrokerRow, [tables.BrokerRow(1)]), None)  # type: ignore[arg-type]
-    assert frame == ("in plan", 1)
+    assert _frames(on_cluster, (2, 3)) == [("in plan", 2), ("checkpoint", "in plan", 3)]
