@@ -220,10 +220,10 @@ class Handover:
         """The table as a one-partition DataFrame (:func:`one_partition`), of ``session``
         (another session of the same SparkContext) if given."""
         spark = session if session is not None else self._spark
-        if table.num_rows < self._min_rows or not self._files:
+        if table.num_rows < self._min_rows:
+            return one_partition(spark.createDataFrame(table, schema))
+        if not self._files:
             in_plan = one_partition(spark.createDataFrame(table, schema))
-            if table.num_rows < self._min_rows:
-                return in_plan
             return one_partition(in_plan.localCheckpoint(eager=False))
         if self._dir is None:
             self._dir = tempfile.mkdtemp(prefix="kte-inputs-")

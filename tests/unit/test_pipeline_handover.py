@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from exporter.groups_config import GroupsConfig
-from exporter.model import ClusterSnapshot, CycleResult, GroupOffset, PipelineSettings
+from exporter.model import ClusterSnapshot, CycleResult, GroupOffset, PartitionOffsets, PipelineSettings
 from exporter.pipeline import tables
 from exporter.pipeline.compute import compute
 from exporter.pipeline.session import FILE_MIN_ROWS_CONF
@@ -94,7 +94,7 @@ def test_large_tables_become_checkpoints_where_the_engine_cannot_read_our_files_
     checkpoint = classic.localCheckpoint
 
     def spy(frame: DataFrame, eager: bool = True, storageLevel: Any = None) -> DataFrame:  # noqa: N803
-        checkpointed.append(1)
+        checkpointed.append(len(frame.columns))
         return checkpoint(frame, eager)
 
     monkeypatch.setattr(tables, "_reads_our_files", lambda session: False)
@@ -102,9 +102,11 @@ def test_large_tables_become_checkpoints_where_the_engine_cannot_read_our_files_
     monkeypatch.setattr(classic, "localCheckpoint", spy)
     remote_like = _two_cycles(spark, snap)
 
-    # The 200 partitions' offsets and the groups' 400 offsets, each cycle, besides the
-    # classification's own checkpoint.
-    assert len(checkpointed) > 2
+    # Each cycle: the 200 partitions' offsets and the group family's inputs past 50 rows
+    # (its 400 offsets, the partitions' LSO history), besides the classification's own
+    # checkpoint; the smaller tables stay in the plan. (A checkpoint is told by its width.)
+    offsets = len(tables.columns_of(PartitionOffsets))
+    assert len(checkpointed) == 2 * 4 and checkpointed.count(offsets) == 2, checkpointed
     assert remote_like == in_plan
 
 
