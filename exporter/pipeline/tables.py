@@ -125,18 +125,17 @@ def schema_of(record: type) -> StructType:
 def arrow_of(record: type, rows: Sequence[Any]) -> pa.Table:
     """Records (instances of ``record``) as a columnar Arrow table of the record's columns."""
     cols = columns_of(record)
-    # One C-level getter per row and one transpose: a getattr per field and row cost twice
-    # as much (0.21 s against 0.09 s for 100k partitions' offsets).
-    get = operator.attrgetter(*(c.name for c in cols))
-    if len(cols) == 1:
-        columns: list[Sequence[Any]] = [[get(r) for r in rows]]
-    else:
-        columns = list(zip(*map(get, rows), strict=True)) if rows else [()] * len(cols)
+    # One C-level getter per column (``map(attrgetter)``): the column's list only references
+    # the records' values, so nothing is allocated that the garbage collector tracks. A getter
+    # of every field per row, transposed with ``zip``, made a tuple per row; at 100k
+    # partitions those tuples triggered the cycle's full collections, which walk every object
+    # of the process: 0.22 s against 0.06 s for 100k partitions' offsets.
     arrays = []
-    for c, column in zip(cols, columns, strict=True):
-        enum_column = issubclass(c.python, enum.Enum)
-        values = [None if v is None else v.value for v in column] if enum_column else column
-        arrays.append(pa.array(values, type=c.arrow))
+    for c in cols:
+        column: list[Any] = list(map(operator.attrgetter(c.name), rows))
+        if issubclass(c.python, enum.Enum):
+            column = [None if v is None else v.value for v in column]
+        arrays.append(pa.array(column, type=c.arrow))
     return pa.Table.from_arrays(
         arrays, schema=pa.schema([pa.field(c.name, c.arrow, c.nullable) for c in cols])
     )
