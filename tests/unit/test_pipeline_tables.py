@@ -90,4 +90,6 @@ def test_building_an_input_table_runs_no_garbage_collection_however_many_rows(co
     table = tables.arrow_of(PartitionOffsets, rows)
 
     assert table.column("high_watermark").to_pylist() == [10 + p for p in range(50_000)]
-    assert len(collections) <= 1
+    # A tuple per row set off a young collection every 700 rows (~70 here); the few allowed
+    # are for other threads' allocations while this one runs.
+    assert len(collections) <= 5
