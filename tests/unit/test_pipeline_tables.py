@@ -64,14 +64,14 @@ def test_no_records_become_an_empty_table_of_the_same_columns() -> None:
 
 @pytest.fixture
 def collections() -> Iterator[list[int]]:
-    """The generations of the garbage collections that run while the test does."""
+    """The generations of the garbage collections that run while the test does (clear it
+    to count from a point on)."""
     seen: list[int] = []
 
     def count(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             seen.append(info["generation"])
 
-    gc.collect()
     gc.callbacks.append(count)
     try:
         yield seen
