@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collect_bench import make_traffic, settle
+from jvmstat import KINDS, code_cache_mib, cpu_delta, thread_cpu
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.pipeline.class_archive import CLASS_ARCHIVE_ENV
@@ -204,6 +205,8 @@ class Sample:
     python_mib: float
     jvm_mib: float
     cycles: int
+    #: Resident MiB of the driver JVM's code cache (the JIT's compiled code).
+    jit_code_mib: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -262,6 +265,22 @@ class VariantResult:
     cli_warm_s: float = math.nan
     cli_warm_first_s: float = math.nan
     cli_warm_exit: int | None = None
+    #: The driver JVM's CPU seconds by thread kind (jvmstat.thread_cpu) and the cycles
+    #: completed: when cycle 2 completed, and at the last sample.
+    threads_steady: dict[str, float] = field(default_factory=dict)
+    threads_last: dict[str, float] = field(default_factory=dict)
+    cycles_steady: int = 0
+    cycles_last: int = 0
+
+    def jit_code_end_mib(self) -> float:
+        return next((s.jit_code_mib for s in reversed(self.samples) if s.jit_code_mib), math.nan)
+
+    def jvm_cpu_per_cycle(self) -> dict[str, float] | None:
+        """The driver JVM's CPU seconds per cycle after cycle 2, by thread kind."""
+        cycles = self.cycles_last - self.cycles_steady
+        if cycles <= 0 or not self.threads_steady:
+            return None
+        return {kind: s / cycles for kind, s in cpu_delta(self.threads_steady, self.threads_last).items()}
 
     @property
     def driver_memory(self) -> str:
@@ -277,12 +296,12 @@ class VariantResult:
     def steady_median(self, what: str) -> float:
         return statistics.median(value(s, what) for s in self.steady) if self.samples else 0.0
 
-    def growth_mib_per_min(self) -> float:
-        """Least-squares slope of total RSS after minute 2 (runs of 3 minutes or more), else
-        over the steady samples."""
+    def growth_mib_per_min(self, what: str = "total") -> float:
+        """Least-squares slope of RSS (``what``: see :func:`value`) after minute 2 (runs of 3
+        minutes or more), else over the steady samples."""
         late = [s for s in self.samples if s.t >= SLOPE_AFTER_S]
         chosen = late if self.run_s >= SLOPE_AFTER_S + 60 else self.steady
-        points = [(s.t, s.python_mib + s.jvm_mib) for s in chosen]
+        points = [(s.t, value(s, what)) for s in chosen]
         if len(points) < 10:
             return math.nan
         mean_t = statistics.fmean(t for t, _ in points)
@@ -307,7 +326,12 @@ class VariantResult:
 
 
 def value(s: Sample, what: str) -> float:
-    return {"python": s.python_mib, "jvm": s.jvm_mib, "total": s.python_mib + s.jvm_mib}[what]
+    return {
+        "python": s.python_mib,
+        "jvm": s.jvm_mib,
+        "total": s.python_mib + s.jvm_mib,
+        "jit_code": s.jit_code_mib,
+    }[what]
 
 
 @dataclass
@@ -523,12 +547,25 @@ def run_variant(
                         result.first_cycle_at_s = elapsed
                     if current.cycles >= 2 and not result.steady_from:
                         result.steady_from = len(result.samples) + 1
+                        if java:
+                            result.threads_steady = thread_cpu(java[0])
+                            result.cycles_steady = current.cycles
                 last = current
                 result.outcomes = dict(current.outcomes)
             # Every descendant counts: the JVM, and Python workers it may fork (pyspark.daemon).
             result.samples.append(
-                Sample(elapsed, rss_mib(proc.pid), sum(rss_mib(p) for p in children), last.cycles)
+                Sample(
+                    elapsed,
+                    rss_mib(proc.pid),
+                    sum(rss_mib(p) for p in children),
+                    last.cycles,
+                    sum(code_cache_mib(p) for p in java),
+                )
             )
+            if java and result.threads_steady:
+                threads = thread_cpu(java[0])
+                if threads:  # empty once the JVM is gone: keep the last reading
+                    result.threads_last, result.cycles_last = threads, last.cycles
             result.python_cpu_s = cpu_seconds(proc.pid) or result.python_cpu_s
             result.jvm_cpu_s = sum(cpu_seconds(p) for p in java) or result.jvm_cpu_s
             time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
@@ -693,7 +730,7 @@ def print_report(
     print(f"traffic: {traffic}")
     print()
     names = [r.variant.name for r in results]
-    width = max(12, *(len(n) + 2 for n in names))
+    width = max(16, *(len(n) + 2 for n in names))
 
     def row(label: str, values: Sequence[str]) -> None:
         print(f"{label:<44}" + "".join(f"{v:>{width}}" for v in values))
@@ -716,6 +753,9 @@ def print_report(
         )
     row("RSS slope (MiB/min)", [fmt(r.growth_mib_per_min(), "+.1f") for r in results])
     row("  slope window", [r.slope_window() for r in results])
+    for what, label in (("python", "python"), ("jvm", "JVM"), ("jit_code", "  of it the JIT's code")):
+        row(f"  {label} (MiB/min)", [fmt(r.growth_mib_per_min(what), "+.1f") for r in results])
+    row("JIT code cache at the end (MiB)", [fmt(r.jit_code_end_mib(), ".0f") for r in results])
     row(
         "cycles (complete/partial/failed), 1st cluster",
         [
@@ -741,6 +781,12 @@ def print_report(
         )
     row("CPU python (s) / run", [fmt(r.python_cpu_s, ".0f") for r in results])
     row("CPU Spark JVM (s) / run", [fmt(r.jvm_cpu_s, ".0f") for r in results])
+    per_cycle = [r.jvm_cpu_per_cycle() for r in results]
+    totals = [fmt(sum(c.values()), ".2f") if c else "n/a" for c in per_cycle]
+    row("JVM CPU per cycle after cycle 2 (s)", totals)
+    for kind in KINDS:
+        cells = [fmt(c[kind], ".2f") if c else "n/a" for c in per_cycle]
+        row(f"  {kind} (s)", cells)
     row(
         "avg cores used (python+JVM)",
         [fmt((r.python_cpu_s + r.jvm_cpu_s) / r.run_s, ".2f") if r.run_s else "n/a" for r in results],
@@ -816,6 +862,7 @@ def print_figures(results: Sequence[VariantResult], brokers: int, partitions: in
         figure(f"first_cycle_s@{where}", r.first_cycle_at_s)
         figure(f"rss_peak_mib@{where}", r.peak("total"))
         figure(f"rss_slope_mib_min@{where}", r.growth_mib_per_min())
+        figure(f"rss_slope_jit_code_mib_min@{where}", r.growth_mib_per_min("jit_code"))
         figure(f"run_s@{where}", r.run_s)
     if archived:
         # As the image ships: the driver maps the class archive the Dockerfile writes.
@@ -824,6 +871,7 @@ def print_figures(results: Sequence[VariantResult], brokers: int, partitions: in
         figure(f"daemon_cycle_archive_s@{where}", r.warm_cycle_s())
         figure(f"rss_peak_archive_mib@{where}", r.peak("total"))
         figure(f"rss_slope_archive_mib_min@{where}", r.growth_mib_per_min())
+        figure(f"rss_slope_archive_jit_code_mib_min@{where}", r.growth_mib_per_min("jit_code"))
     warm = [r for r in results if not math.isnan(r.cli_warm_s)]
     if warm:
         figure("cli_warm_s", warm[0].cli_warm_s)

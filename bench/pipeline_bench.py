@@ -12,6 +12,13 @@ resident memory (the Python process and, in local mode, the JVM it started).
     .venv/bin/python bench/pipeline_bench.py --conf spark.sql.shuffle.partitions=1
     .venv/bin/python bench/pipeline_bench.py --connect --sizes 1000 10000   # over Spark Connect
 
+"Warm" is the few runs after a size's first: what the daemon's first minutes look like. The
+JIT keeps compiling Spark's analyser and optimiser for many cycles after that (thousands of
+methods, each called a few times a cycle, cross its thresholds one by one), so the bench then
+runs ``--steady-cycles`` more cycles at ``--steady-size`` and times ``--steady-runs`` after
+them, with the driver JVM's CPU per cycle by thread kind (``jvmstat.py``): the steady state
+of a daemon that has been up for a while.
+
 No assertion on time: the figures are for reading, not for CI.
 """
 
@@ -25,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jvmstat import KINDS, cpu_delta, thread_cpu
 from pyspark.sql import SparkSession
 
 from exporter.config import SparkConfig
@@ -213,6 +221,43 @@ def bench(spark: SparkSession, partitions: int, runs: int) -> Figures:
     )
 
 
+@dataclass
+class Steady:
+    partitions: int
+    #: Cycles run (untimed) before the timed ones, after the size sweep.
+    after_cycles: int
+    median_s: float
+    python_cpu_s: float
+    #: JVM CPU seconds per timed cycle by thread kind (jvmstat.KINDS).
+    jvm_cpu_s: dict[str, float]
+
+
+def steady(spark: SparkSession, partitions: int, cycles: int, runs: int) -> Steady | None:
+    """The pipeline after ``cycles`` more cycles: seconds per cycle and CPU per cycle."""
+    jvms = _jvm_pids()
+    if not jvms:  # a remote engine: its threads are not ours to read
+        return None
+    snap = synthetic_snapshot(partitions)
+    settings = PipelineSettings()
+    previous = compute(spark, snap, settings, None, NOW)
+    for i in range(cycles):
+        previous = compute(spark, snap, settings, previous.memory, NOW + (i + 1) * 30_000)
+    before, python_before = thread_cpu(jvms[0]), time.process_time()
+    times = []
+    for i in range(runs):
+        started = time.perf_counter()
+        previous = compute(spark, snap, settings, previous.memory, NOW + (cycles + i + 1) * 30_000)
+        times.append(time.perf_counter() - started)
+    delta = cpu_delta(before, thread_cpu(jvms[0]))
+    return Steady(
+        partitions=partitions,
+        after_cycles=cycles,
+        median_s=statistics.median(times),
+        python_cpu_s=(time.process_time() - python_before) / runs,
+        jvm_cpu_s={kind: seconds / runs for kind, seconds in delta.items()},
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
@@ -229,6 +274,15 @@ def main() -> None:
         "port (as the daemon's spark.connect_server_port does) and a Connect client session runs "
         "the pipeline on it",
     )
+    parser.add_argument(
+        "--steady-cycles",
+        type=int,
+        default=20,
+        help="after the sizes, run this many more cycles at --steady-size before timing the steady "
+        "state (0: skip; skipped on Spark Connect, whose server threads serve the client too)",
+    )
+    parser.add_argument("--steady-size", type=int, default=10_000)
+    parser.add_argument("--steady-runs", type=int, default=10, help="timed cycles of the steady state")
     args = parser.parse_args()
 
     conf = dict(item.split("=", 1) for item in args.conf)
@@ -239,6 +293,11 @@ def main() -> None:
     spark = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").create() if port else server
     try:
         rows = [bench(spark, n, args.runs) for n in args.sizes]
+        settled = (
+            steady(spark, args.steady_size, args.steady_cycles, args.steady_runs)
+            if args.steady_cycles > 0 and not args.connect
+            else None
+        )
     finally:
         if spark is not server:
             spark.stop()
@@ -259,11 +318,24 @@ def main() -> None:
     for r in rows:
         top = sorted(r.steps.items(), key=lambda kv: -kv[1])[:6]
         print(f"  {r.partitions:>7}: " + ", ".join(f"{k} {v:.2f}s" for k, v in top))
+    if settled is not None:
+        jvm = sum(settled.jvm_cpu_s.values())
+        print(
+            f"\nsteady state, {settled.partitions} partitions, after {settled.after_cycles} more cycles: "
+            f"{settled.median_s:.2f} s per cycle (median of {args.steady_runs})"
+        )
+        print(f"  CPU per cycle: Python {settled.python_cpu_s:.2f} s, driver JVM {jvm:.2f} s, of which")
+        for kind in KINDS:
+            print(f"    {kind:<34} {settled.jvm_cpu_s[kind]:.2f} s")
     print()
     name = "pipeline_connect" if args.connect else "pipeline"
     for r in rows:  # read by bench/run.py for its targets table
         print(f"FIGURE\t{name}_warm_s@{r.partitions}\t{r.median_s:.4g}")
         print(f"FIGURE\t{name}_actions@{r.partitions}\t{r.actions}")
+    if settled is not None:
+        print(f"FIGURE\t{name}_steady_s@{settled.partitions}\t{settled.median_s:.4g}")
+        jit = settled.jvm_cpu_s["JIT compiler"]
+        print(f"FIGURE\t{name}_steady_jit_cpu_s@{settled.partitions}\t{jit:.3g}")
 
 
 if __name__ == "__main__":

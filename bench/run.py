@@ -2,8 +2,10 @@
 
 In order, each as a subprocess with a time limit, its output streamed as it comes:
 
-1. ``bench/pipeline_bench.py``: the Spark pipeline alone, warm, at 1k/10k/100k partitions;
-   then the same at 10k/100k as a Spark Connect client of a local driver;
+1. ``bench/pipeline_bench.py``: the Spark pipeline alone, warm, at 1k/10k/100k partitions,
+   and at 10k in the steady state (20 cycles later: the JIT still compiles for that long),
+   with the driver JVM's CPU by thread kind; then the same at 10k/100k as a Spark Connect
+   client of a local driver;
 2. ``bench/history_bench.py``: the history store's write cost and reports;
 3. ``bench/groups_bench.py``: what the consumer-group family adds to the daemon's cycle (1000 x 100);
 4. ``bench/collect_bench.py``: collection, ours vs naive vs Kafka's find-hanging;
@@ -49,7 +51,13 @@ class Step:
 
 
 STEPS = (
-    Step("pipeline", "pipeline_bench.py", (), ("--sizes", "1000", "10000", "--runs", "3"), 900.0),
+    Step(
+        "pipeline",
+        "pipeline_bench.py",
+        (),
+        ("--sizes", "1000", "10000", "--runs", "3", "--steady-cycles", "5"),
+        900.0,
+    ),
     # The same pipeline as a Spark Connect client of a local driver (thin mode's engine).
     Step(
         "pipeline on Connect",
@@ -175,6 +183,8 @@ TARGETS: tuple[tuple[str, tuple[str, ...], tuple[str, float] | None, str], ...] 
     ("pipeline warm, 10k partitions (s)", ("pipeline_warm_s@10000",), ("<=", 0.5), "2.99"),
     ("pipeline warm, 100k partitions (s)", ("pipeline_warm_s@100000",), ("<=", 2.0), "6.17"),
     ("Spark actions per cycle, 10k", ("pipeline_actions@10000",), ("<=", 2), "7"),
+    ("pipeline steady, 10k, 20 cycles later (s)", ("pipeline_steady_s@10000",), ("<=", 0.5), "-"),
+    ("  JIT compiler CPU per steady cycle (s)", ("pipeline_steady_jit_cpu_s@10000",), None, "-"),
     ("pipeline warm on Spark Connect, 10k (s)", ("pipeline_connect_warm_s@10000",), None, "2.4-2.5"),
     ("pipeline warm on Spark Connect, 100k (s)", ("pipeline_connect_warm_s@100000",), None, "22 (10-35)"),
     (
@@ -202,6 +212,7 @@ TARGETS: tuple[tuple[str, tuple[str, ...], tuple[str, float] | None, str], ...] 
     ("CLI find-hanging, cold, class archive (s)", ("cli_cold_archive_s",), ("<=", 10.0), "17.5"),
     ("RSS peak, embedded, 10k (MiB)", ("rss_peak_mib@1b_10000p",), ("<=", 768), "1078 (3000 p.)"),
     ("RSS slope, embedded, 10k (MiB/min)", ("rss_slope_mib_min@1b_10000p",), ("<=", 1.0), "+87 (1st minute)"),
+    ("  of which the JIT's code cache (MiB/min)", ("rss_slope_jit_code_mib_min@1b_10000p",), None, "-"),
     (
         "RSS peak, 10k, class archive as shipped (MiB)",
         ("rss_peak_archive_mib@1b_10000p",),
@@ -213,6 +224,12 @@ TARGETS: tuple[tuple[str, tuple[str, ...], tuple[str, float] | None, str], ...] 
         ("rss_slope_archive_mib_min@1b_10000p",),
         ("<=", 1.0),
         "+87 (1st minute)",
+    ),
+    (
+        "  of which the JIT's code cache (MiB/min)",
+        ("rss_slope_archive_jit_code_mib_min@1b_10000p",),
+        None,
+        "-",
     ),
     ("RSS peak, embedded, 1 broker (MiB)", ("rss_peak_mib@1b_3000p", "rss_peak_mib@1b_1000p"), None, "1078"),
     ("RSS, thin (Connect) mode (MiB)", ("thin_rss_mib",), ("<=", 200), "-"),
