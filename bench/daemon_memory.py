@@ -276,7 +276,8 @@ class VariantResult:
         return next((s.jit_code_mib for s in reversed(self.samples) if s.jit_code_mib), math.nan)
 
     def jvm_cpu_per_cycle(self) -> dict[str, float] | None:
-        """The driver JVM's CPU seconds per cycle after cycle 2, by thread kind."""
+        """The driver JVM's CPU seconds per cycle after cycle 2, by thread kind. Cycles are the
+        first cluster's: with several clusters in the process, per round of all of them."""
         cycles = self.cycles_last - self.cycles_steady
         if cycles <= 0 or not self.threads_steady:
             return None
