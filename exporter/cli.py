@@ -18,6 +18,7 @@ import io
 import itertools
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from exporter import __version__
 from exporter.config import (
@@ -239,7 +240,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
             _reload(args, daemon)
     finally:
         daemon.stop()
-    return ExitCode.OK
+    end_process(ExitCode.OK)
+
+
+def end_process(code: int) -> NoReturn:
+    """End the process once the daemon has stopped (its state saved, its history flushed, Spark
+    stopped), without the interpreter's finalization: native threads of the Kafka clients
+    (librdkafka's, which call the Python log callback) can still call into Python while it
+    finalizes, and that aborts the process (``PyGILState_Release ... finalizing``, SIGABRT)
+    after a clean stop. Logs and the standard streams are flushed first."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(int(code))
 
 
 def _reload(args: argparse.Namespace, daemon: Daemon) -> None:
