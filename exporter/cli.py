@@ -245,10 +245,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def end_process(code: int) -> NoReturn:
     """End the process once the daemon has stopped (its state saved, its history flushed, Spark
-    stopped), without the interpreter's finalization: native threads of the Kafka clients
-    (librdkafka's, which call the Python log callback) can still call into Python while it
-    finalizes, and that aborts the process (``PyGILState_Release ... finalizing``, SIGABRT)
-    after a clean stop. Logs and the standard streams are flushed first."""
+    stopped), without the interpreter's finalization: a native thread (librdkafka's, for one,
+    calls into Python for the clients' log callback) that calls into Python while it
+    finalizes aborts the process (``PyGILState_Release ... finalizing``, SIGABRT) after a
+    clean stop; it happened once in CI. Logs and the standard streams are flushed first."""
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
