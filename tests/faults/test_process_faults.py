@@ -173,8 +173,8 @@ def _finalized(tmp_path: Path) -> Path:
 
 def _assert_ended_cleanly(code: int, tmp_path: Path, log_path: Path) -> None:
     """Exit 0 after the daemon's last log line, and without the interpreter's finalization:
-    native threads of the Kafka clients can call into Python while it finalizes, which
-    aborted the process with SIGABRT (exit -6) after a clean stop, once in a CI run."""
+    a native thread calling into Python while it finalized aborted the process with SIGABRT
+    (exit -6) after a clean stop, once in a CI run."""
     log = log_path.read_text()
     assert code == 0, log[-3000:]
     assert "exporter stopped" in log
