@@ -17,7 +17,8 @@ JIT keeps compiling Spark's analyser and optimiser for many cycles after that (t
 methods, each called a few times a cycle, cross its thresholds one by one), so the bench then
 runs ``--steady-cycles`` more cycles at ``--steady-size`` and times ``--steady-runs`` after
 them, with the driver JVM's CPU per cycle by thread kind (``jvmstat.py``): the steady state
-of a daemon that has been up for a while.
+of a daemon that has been up for a while. Beside it, the floor (:func:`floor_cycle`): the same
+snapshot's tables into the JVM and one action out, nothing computed.
 
 No assertion on time: the figures are for reading, not for CI.
 """
@@ -25,6 +26,7 @@ No assertion on time: the figures are for reading, not for CI.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import random
 import statistics
@@ -34,6 +36,7 @@ from pathlib import Path
 
 from jvmstat import KINDS, cpu_delta, thread_cpu
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from exporter.config import SparkConfig
 from exporter.model import (
@@ -52,6 +55,7 @@ from exporter.model import (
 )
 from exporter.pipeline.compute import ComputeStats, compute
 from exporter.pipeline.session import spark_session, stop
+from exporter.pipeline.tables import SNAPSHOT_TABLES, Handover, Tables
 from testbed.broker import free_port
 
 NOW = 1_700_000_000_000
@@ -230,6 +234,22 @@ class Steady:
     python_cpu_s: float
     #: JVM CPU seconds per timed cycle by thread kind (jvmstat.KINDS).
     jvm_cpu_s: dict[str, float]
+    #: Median seconds of :func:`floor_cycle` on the same snapshot, timed after the cycles.
+    floor_s: float
+
+
+def floor_cycle(spark: SparkSession, snap: ClusterSnapshot) -> None:
+    """What any cycle costs before it computes anything: every snapshot table into the JVM
+    the way the pipeline hands them over (small ones in the plan, large ones as files) and
+    one action bringing one row per table back (its row count), in one union, as the
+    pipeline's one action does."""
+    with Handover(spark) as handover:
+        tables = Tables(spark, snap, handover)
+        counts = [
+            tables[name].select(F.lit(name).alias("_table"), F.count(F.lit(1)).alias("rows"))
+            for name in SNAPSHOT_TABLES
+        ]
+        functools.reduce(lambda a, b: a.unionAll(b), counts).toArrow()
 
 
 def steady(spark: SparkSession, partitions: int, cycles: int, runs: int) -> Steady | None:
@@ -249,12 +269,20 @@ def steady(spark: SparkSession, partitions: int, cycles: int, runs: int) -> Stea
         previous = compute(spark, snap, settings, previous.memory, NOW + (cycles + i + 1) * 30_000)
         times.append(time.perf_counter() - started)
     delta = cpu_delta(before, thread_cpu(jvms[0]))
+    for _ in range(5):  # its few code paths of its own warm up
+        floor_cycle(spark, snap)
+    floors = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        floor_cycle(spark, snap)
+        floors.append(time.perf_counter() - started)
     return Steady(
         partitions=partitions,
         after_cycles=cycles,
         median_s=statistics.median(times),
         python_cpu_s=(time.process_time() - python_before) / runs,
         jvm_cpu_s={kind: seconds / runs for kind, seconds in delta.items()},
+        floor_s=statistics.median(floors),
     )
 
 
@@ -327,6 +355,11 @@ def main() -> None:
         print(f"  CPU per cycle: Python {settled.python_cpu_s:.2f} s, driver JVM {jvm:.2f} s, of which")
         for kind in KINDS:
             print(f"    {kind:<34} {settled.jvm_cpu_s[kind]:.2f} s")
+        print(
+            f"  floor: the same snapshot's {len(SNAPSHOT_TABLES)} tables into the JVM and one action out, "
+            f"nothing computed: {settled.floor_s:.2f} s (median of {args.steady_runs}); the cycle's "
+            f"classification and outputs add {settled.median_s - settled.floor_s:.2f} s"
+        )
     print()
     name = "pipeline_connect" if args.connect else "pipeline"
     for r in rows:  # read by bench/run.py for its targets table
@@ -336,6 +369,7 @@ def main() -> None:
         print(f"FIGURE\t{name}_steady_s@{settled.partitions}\t{settled.median_s:.4g}")
         jit = settled.jvm_cpu_s["JIT compiler"]
         print(f"FIGURE\t{name}_steady_jit_cpu_s@{settled.partitions}\t{jit:.3g}")
+        print(f"FIGURE\t{name}_floor_s@{settled.partitions}\t{settled.floor_s:.4g}")
 
 
 if __name__ == "__main__":

@@ -185,6 +185,7 @@ TARGETS: tuple[tuple[str, tuple[str, ...], tuple[str, float] | None, str], ...] 
     ("Spark actions per cycle, 10k", ("pipeline_actions@10000",), ("<=", 2), "7"),
     ("pipeline steady, 10k, 20 cycles later (s)", ("pipeline_steady_s@10000",), ("<=", 0.5), "-"),
     ("  JIT compiler CPU per steady cycle (s)", ("pipeline_steady_jit_cpu_s@10000",), None, "-"),
+    ("  floor: tables in, one action out (s)", ("pipeline_floor_s@10000",), None, "-"),
     ("pipeline warm on Spark Connect, 10k (s)", ("pipeline_connect_warm_s@10000",), None, "2.4-2.5"),
     ("pipeline warm on Spark Connect, 100k (s)", ("pipeline_connect_warm_s@100000",), None, "22 (10-35)"),
     (
