@@ -238,18 +238,19 @@ class Steady:
     floor_s: float
 
 
-def floor_cycle(spark: SparkSession, snap: ClusterSnapshot) -> None:
+def floor_cycle(spark: SparkSession, snap: ClusterSnapshot) -> dict[str, int]:
     """What any cycle costs before it computes anything: every snapshot table into the JVM
     the way the pipeline hands them over (small ones in the plan, large ones as files) and
     one action bringing one row per table back (its row count), in one union, as the
-    pipeline's one action does."""
+    pipeline's one action does. Returns the row counts by table."""
     with Handover(spark) as handover:
         tables = Tables(spark, snap, handover)
         counts = [
             tables[name].select(F.lit(name).alias("_table"), F.count(F.lit(1)).alias("rows"))
             for name in SNAPSHOT_TABLES
         ]
-        functools.reduce(lambda a, b: a.unionAll(b), counts).toArrow()
+        result = functools.reduce(lambda a, b: a.unionAll(b), counts).toArrow()
+    return dict(zip(result.column("_table").to_pylist(), result.column("rows").to_pylist(), strict=True))
 
 
 def steady(spark: SparkSession, partitions: int, cycles: int, runs: int) -> Steady | None:
