@@ -118,12 +118,14 @@ _GROUP_KEYS = {
     "max_blocked": int,
     "consumable_check_max_offsets": int,
 }
-_MINIMUM = {
-    "blocked_after_cycles": 1,
-    "max_group_series": 0,
-    "max_partition_series": 0,
-    "max_blocked": 0,
-    "consumable_check_max_offsets": 0,
+#: Each integer key's range: what the pipeline's Spark SQL takes (a cycle count compared with
+#: an INT column, LIMITs below 2^31) and what makes sense (series bounds).
+GROUP_LIMITS: Mapping[str, tuple[int, int]] = {
+    "blocked_after_cycles": (1, 100_000),
+    "max_group_series": (0, 1_000_000),
+    "max_partition_series": (0, 1_000_000),
+    "max_blocked": (0, 100_000),
+    "consumable_check_max_offsets": (0, 1_000_000),
 }
 _PATTERN_KEYS = ("allow", "deny")
 
@@ -156,13 +158,15 @@ def parse_groups(raw: object, path: str) -> tuple[GroupsConfig, list[str]]:
         if value is None:
             continue
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            problems.append(
-                f"{where}: must be {'true or false' if kind is bool else 'an integer'}, got {value!r}"
-            )
+            shown = repr(value) if len(repr(value)) <= 40 else type(value).__name__
+            what = "true or false" if kind is bool else "an integer"
+            problems.append(f"{where}: must be {what}, got {shown}")
             continue
-        if isinstance(value, int) and not isinstance(value, bool) and value < _MINIMUM[str(key)]:
-            problems.append(f"{where}: must be at least {_MINIMUM[str(key)]}, got {value}")
-            continue
+        if isinstance(value, int) and not isinstance(value, bool):
+            low, high = GROUP_LIMITS[str(key)]
+            if not low <= value <= high:
+                problems.append(f"{where}: must be between {low} and {high}")
+                continue
         values[str(key)] = value
     return GroupsConfig(**values), problems
 

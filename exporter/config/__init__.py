@@ -14,7 +14,7 @@ the top-level ``allow_literal_secrets: true`` says otherwise.
 from __future__ import annotations
 
 from exporter.config.keys import ConfigError, Where, parse_duration_ms
-from exporter.config.loader import load_config, read_yaml
+from exporter.config.loader import load_config, read_text, read_yaml
 from exporter.config.model import (
     CLUSTER,
     CONFIG,
@@ -76,6 +76,7 @@ __all__ = [
     "parse_config",
     "parse_duration_ms",
     "parse_flag",
+    "read_text",
     "read_yaml",
     "split_host_port",
 ]
