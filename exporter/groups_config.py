@@ -201,7 +201,18 @@ def java_pattern(pattern: str) -> str:
     return _PYTHON_BACKREF.sub(r"\\k<\1>", _PYTHON_NAMED_GROUP.sub(r"(?<\1>", pattern))
 
 
+def _unusable(text: str) -> bool:
+    """A NUL character or a lone surrogate: Spark (through py4j, in UTF-8) cannot take it."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return "\x00" in text
+
+
 def regex_problem(pattern: str) -> str | None:
+    if _unusable(pattern):
+        return "contains a NUL character or a lone surrogate"
     try:
         re.compile(python_pattern(pattern))
     except re.error as e:
@@ -281,10 +292,12 @@ def _user_rule(
         if error is not None:
             problems.append(f"{where}.pattern: invalid regular expression {pattern!r}: {error}")
     name = entry.get("name", f"rule_{index}")
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str) or not name or _unusable(name):
         problems.append(f"{where}.name: must be a non-empty string")
     application = entry.get("application")
-    if application is not None and (not isinstance(application, str) or not application):
+    if application is not None and (
+        not isinstance(application, str) or not application or _unusable(application)
+    ):
         problems.append(f"{where}.application: must be a non-empty string")
     if len(problems) > before:
         return None

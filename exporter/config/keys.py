@@ -358,6 +358,10 @@ class Patterns(Kind):
             return INVALID
         ok = True
         for i, pattern in enumerate(items):
+            if text_problem(pattern):
+                r.problem(f"{path}[{i}]", f"invalid regular expression: {text_problem(pattern)}")
+                ok = False
+                continue
             try:
                 re.compile(pattern)
             except (re.error, OverflowError, RecursionError, ValueError) as e:
