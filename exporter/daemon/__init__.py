@@ -73,7 +73,9 @@ class Daemon:
         self.history: Any = None
         if config.history is not None:  # the history store is one more cycle listener
             from exporter.history.metrics import HistoryMetrics
-            from exporter.history.writer import HistoryWriter
+            from exporter.history.writer import HistoryWriter, check_history_path
+
+            check_history_path(config.history)  # ConfigError, as state_dir below
 
             self.history = HistoryWriter(config.history, self.pipeline.current_session)
             listeners = (*listeners, self.history)
