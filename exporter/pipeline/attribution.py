@@ -1,7 +1,7 @@
 """Whose transaction: a transactional id mapped to an ``application`` by ordered rules.
 
-The rules (:mod:`exporter.groups_config`: built-ins for Kafka Streams, Flink's KafkaSink and
-Spring, then the user's regexes) become ONE Spark Column expression, a chain of
+The rules (:mod:`exporter.groups_config`: built-ins for Kafka Streams and Flink's KafkaSink,
+Spring's for the prefixes it is given, the user's regexes) become ONE Spark Column expression, a chain of
 ``CASE WHEN id RLIKE p THEN ...``: pure DataFrame API, evaluated in the JVM (no Python UDF),
 the same on a classic session and on Spark Connect. The first rule that matches and yields
 a non-empty name wins; no match (or a null id) gives null.
