@@ -319,13 +319,19 @@ def _spring_rule(entry: Mapping[Any, Any], where: str, problems: list[str]) -> A
     prefixes = entry.get("prefixes")
     if isinstance(prefixes, str):
         prefixes = [prefixes]
-    if not isinstance(prefixes, list) or not prefixes or not all(isinstance(p, str) and p for p in prefixes):
+    if (
+        not isinstance(prefixes, list)
+        or not prefixes
+        or not all(isinstance(p, str) and p and not _unusable(p) for p in prefixes)
+    ):
         problems.append(
             f"{where}.prefixes: the spring rule needs the transactionIdPrefix of each application "
             "(a list of non-empty strings): an id ending in digits alone does not tell Spring's"
         )
     application = entry.get("application")
-    if application is not None and (not isinstance(application, str) or not application):
+    if application is not None and (
+        not isinstance(application, str) or not application or _unusable(application)
+    ):
         problems.append(f"{where}.application: must be a non-empty string")
     if len(problems) > before:
         return None

@@ -70,7 +70,11 @@ BASE: dict[str, Any] = {
         }
     ],
     "web": {"listen_address": "127.0.0.1:0"},
-    "attribution": ["builtins", {"name": "billing", "pattern": "^billing-(?P<application>[a-z]+)-"}],
+    "attribution": [
+        "builtins",
+        {"name": "billing", "pattern": "^billing-(?P<application>[a-z]+)-"},
+        {"builtin": "spring", "prefixes": ["payments-tx-"]},
+    ],
 }
 
 Path_ = tuple[str | int, ...]
@@ -113,6 +117,8 @@ def _parsed_sections() -> Iterator[tuple[Path_, list[object]]]:
     yield ("history", "path"), []
     for name in ("pattern", "name", "application"):
         yield ("attribution", 1, name), []
+    for name in ("prefixes", "application"):
+        yield ("attribution", 2, name), []
     for name in ("security.protocol", "client.id", "sasl.password"):
         yield ("clusters", 0, "kafka", name), []
     yield ("clusters", 0, "kafka_files", "sasl.password"), []
