@@ -713,11 +713,12 @@ def _exporter_down(t: Thresholds, x: _Text) -> Alert:
             + x.c
             + " }}The last collection cycles of cluster "
             + x.cluster
-            + " failed at least in part (kafka_txn_exporter_up is 0): transaction metrics "
+            + f" failed at least in part ({m.EXPORTER_UP} is 0): transaction metrics "
             "are partial or missing. See the request errors on the exporter dashboard and "
             "the exporter log.{{ else if $labels.instance }}Prometheus cannot scrape "
             "{{ $labels.instance }} (job {{ $labels.job }}): no Kafka transaction is "
-            "monitored by it.{{ else }}No kafka_txn_exporter_up series exist: the exporter "
+            "monitored by it.{{ else }}No "
+            f"{m.EXPORTER_UP} series exist: the exporter "
             "is not running or not scraped, and nothing watches Kafka transactions."
             "{{ end }} Hanging transactions go unnoticed meanwhile: run "
             + CLI
@@ -769,7 +770,7 @@ def _blind_spot(t: Thresholds, x: _Text) -> Alert:
             "The exporter's principal may not Describe every transactional id of cluster "
             + x.cluster
             + ", so ListTransactions can leave transactions out without an "
-            "error: their open transactions are classed unknown (kafka_txn_open_transactions"
+            f"error: their open transactions are classed unknown ({m.OPEN_TRANSACTIONS}"
             "_unknown by reason) and a hanging transaction among them may be missed or "
             "misjudged. Grant Describe on every transactional id: kafka-acls.sh "
             "--bootstrap-server HOST:PORT --command-config admin.properties --add "

@@ -27,6 +27,7 @@ from grafanalib.core import (
     TimeSeries,
 )
 
+from exporter.metrics import catalogue as m
 from exporter.metrics.catalogue import DEFAULT_CLUSTER_LABEL, RUNBOOK_BASE_URL
 
 #: Grafana dashboard JSON schema version (Grafana 11.0; later versions migrate it on load, and
@@ -74,7 +75,7 @@ PER_PARTITION = "kafka_cluster, topic, partition"
 BROKER_LEGEND = "{{kafka_cluster}} broker {{broker}}"
 COORDINATOR_LEGEND = "{{kafka_cluster}} coordinator {{coordinator}}"
 PARTITION_LEGEND = "{{kafka_cluster}} {{topic}}-{{partition}}"
-PARTITION_LSO_LAG = "kafka_txn_partition_last_stable_offset_lag"
+PARTITION_LSO_LAG = m.PARTITION_LAST_STABLE_OFFSET_LAG
 
 
 @dataclass(frozen=True)
@@ -155,8 +156,8 @@ def per_broker(metric: str, *, instant: bool = False) -> Query:
 
 # ------------------------------------------------------- panels on several dashboards
 
-_EXPORTER_UP = f"min by (kafka_cluster) (kafka_txn_exporter_up{{{CLUSTER}}})"
-_SNAPSHOT_AGE = max_by("kafka_cluster", "kafka_txn_exporter_snapshot_age_seconds")
+_EXPORTER_UP = f"min by (kafka_cluster) ({m.EXPORTER_UP}{{{CLUSTER}}})"
+_SNAPSHOT_AGE = max_by("kafka_cluster", m.EXPORTER_SNAPSHOT_AGE)
 
 
 def _cluster_stat(
@@ -186,7 +187,7 @@ def _cluster_stat(
 
 
 def exporter_up_stat(*, title: str, shows: str, when_red: str, width: int) -> PanelSpec:
-    """kafka_txn_exporter_up per cluster, shown as UP or DOWN."""
+    """The exporter's up gauge per cluster, shown as UP or DOWN."""
     return _cluster_stat(
         title=title,
         shows=shows,
@@ -274,16 +275,14 @@ def query_variable(name: str, label: str, query: str) -> Template:
 
 
 def cluster_variable() -> Template:
-    return query_variable(
-        CLUSTER_LABEL, "Kafka cluster", f"label_values(kafka_txn_exporter_up, {CLUSTER_LABEL})"
-    )
+    return query_variable(CLUSTER_LABEL, "Kafka cluster", f"label_values({m.EXPORTER_UP}, {CLUSTER_LABEL})")
 
 
 def topic_variable() -> Template:
     return query_variable(
         "topic",
         "Topic",
-        f"label_values(kafka_txn_partition_last_stable_offset_lag{{{CLUSTER}}}, topic)",
+        f"label_values({m.PARTITION_LAST_STABLE_OFFSET_LAG}{{{CLUSTER}}}, topic)",
     )
 
 
@@ -291,7 +290,7 @@ def partition_variable() -> Template:
     return query_variable(
         "partition",
         "Partition",
-        f"label_values(kafka_txn_partition_last_stable_offset_lag{{{CLUSTER},{TOPIC}}}, partition)",
+        f"label_values({m.PARTITION_LAST_STABLE_OFFSET_LAG}{{{CLUSTER},{TOPIC}}}, partition)",
     )
 
 

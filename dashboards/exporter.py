@@ -33,7 +33,7 @@ def _health() -> Section:
         (
             exporter_up_stat(
                 title="Up",
-                shows="kafka_txn_exporter_up per cluster: 1 when every stage of the last "
+                shows=f"{m.EXPORTER_UP} per cluster: 1 when every stage of the last "
                 "collection cycle succeeded, 0 when any part failed (what succeeded is still "
                 "exported).",
                 when_red=f"Follow {DOWN}; the request errors panel names the failing Kafka API.",
@@ -43,8 +43,7 @@ def _health() -> Section:
                 title="Last successful cycle",
                 shows="When the last complete collection cycle finished, per cluster.",
                 when_red=f"Red when older than 5 minutes: follow {STALE}.",
-                expr="time() - "
-                + max_by("kafka_cluster", "kafka_txn_exporter_last_success_timestamp_seconds"),
+                expr="time() - " + max_by("kafka_cluster", m.EXPORTER_LAST_SUCCESS_TIMESTAMP),
                 width=6,
             ),
             data_age_stat(
@@ -55,7 +54,7 @@ def _health() -> Section:
             PanelSpec(
                 kind="stat",
                 title="Exporter version",
-                shows="Versions of kafka-txn-exporter being scraped (kafka_txn_exporter_build_info)"
+                shows=f"Versions of kafka-txn-exporter being scraped ({m.EXPORTER_BUILD_INFO})"
                 ", with the number of instances running each.",
                 when_red="Never red; more than one version outside a rollout means a stale "
                 "deployment: check the Helm release (`helm history kafka-txn-exporter`). "
@@ -63,7 +62,7 @@ def _health() -> Section:
                 unit="none",
                 queries=(
                     Query(
-                        "count by (version) (kafka_txn_exporter_build_info)",
+                        f"count by (version) ({m.EXPORTER_BUILD_INFO})",
                         legend="{{version}}",
                         instant=True,
                     ),
@@ -75,7 +74,7 @@ def _health() -> Section:
                 kind="stat",
                 title="Transactional ids visible",
                 shows="Whether the exporter's principal may Describe every transactional id "
-                "(kafka_txn_exporter_transactional_ids_visible). Without it ListTransactions "
+                f"({m.EXPORTER_TRANSACTIONAL_IDS_VISIBLE}). Without it ListTransactions "
                 "silently leaves transactions out and they are classed unknown.",
                 when_red=f"BLIND SPOT: follow {runbook('KafkaTxnExporterBlindSpot')}: grant "
                 "Describe on TransactionalId '*' with kafka-acls.sh.",
@@ -96,7 +95,7 @@ def _health() -> Section:
                 kind="timeseries",
                 title="Cycles skipped",
                 shows="Collection cycles skipped per second because the previous cycle was "
-                "still running (kafka_txn_exporter_cycles_skipped_total).",
+                f"still running ({m.EXPORTER_CYCLES_SKIPPED}).",
                 when_red=f"A sustained rate: follow {runbook('KafkaTxnExporterCyclesSkipped')}.",
                 unit="ops",
                 queries=(
@@ -129,7 +128,7 @@ def _cycles() -> Section:
                     *(
                         Query(
                             f"histogram_quantile({q}, sum by (kafka_cluster, le) (rate("
-                            f"kafka_txn_exporter_cycle_duration_seconds_bucket{{{CLUSTER}}}"
+                            f"{m.EXPORTER_CYCLE_DURATION}_bucket{{{CLUSTER}}}"
                             "[$__rate_interval])))",
                             legend=f"{{{{kafka_cluster}}}} p{round(q * 100)}",
                         )
@@ -141,14 +140,14 @@ def _cycles() -> Section:
             PanelSpec(
                 kind="timeseries",
                 title="Stage durations",
-                shows="How long each stage of the last cycle took (kafka_txn_exporter_stage_"
-                "duration_seconds), per cluster and stage.",
+                shows=f"How long each stage of the last cycle took ({m.EXPORTER_STAGE_DURATION}), "
+                "per cluster and stage.",
                 when_red="One stage dominating the cycle points at the slow Kafka API or the "
                 f"computation; follow {STALE}.",
                 unit="s",
                 queries=(
                     Query(
-                        max_by("kafka_cluster, stage", "kafka_txn_exporter_stage_duration_seconds"),
+                        max_by("kafka_cluster, stage", m.EXPORTER_STAGE_DURATION),
                         legend="{{kafka_cluster}} {{stage}}",
                     ),
                 ),
@@ -164,7 +163,7 @@ def _cycles() -> Section:
                 queries=(
                     Query(
                         "sum by (kafka_cluster, result) (rate("
-                        f"kafka_txn_exporter_cycles_total{{{CLUSTER}}}[$__rate_interval]))",
+                        f"{m.EXPORTER_CYCLES}{{{CLUSTER}}}[$__rate_interval]))",
                         legend="{{kafka_cluster}} {{result}}",
                     ),
                 ),
@@ -183,7 +182,7 @@ def _cycles() -> Section:
                 queries=(
                     Query(
                         "sum by (kafka_cluster, api, error) (rate("
-                        f"kafka_txn_exporter_request_errors_total{{{CLUSTER}}}"
+                        f"{m.EXPORTER_REQUEST_ERRORS}{{{CLUSTER}}}"
                         "[$__rate_interval]))",
                         legend="{{kafka_cluster}} {{api}} {{error}}",
                     ),

@@ -70,7 +70,7 @@ def _summary() -> Section:
                 when_red=f"Follow {runbook('KafkaTransactionHanging')}; list them with "
                 f"`{CLI} find-hanging` and abort with `{CLI} abort`.",
                 unit="none",
-                queries=(_total(max_by(PER_BROKER, "kafka_txn_hanging_transactions")),),
+                queries=(_total(max_by(PER_BROKER, m.HANGING_TRANSACTIONS)),),
                 width=4,
                 height=5,
                 steps=GREEN_THEN_RED_AT_1,
@@ -84,7 +84,7 @@ def _summary() -> Section:
                 when_red=f"Follow {runbook('KafkaTransactionsLate')}; check each partition "
                 f"with `{CLI} describe-producers --topic T --partition P`.",
                 unit="none",
-                queries=(_total(max_by(PER_BROKER, "kafka_txn_partitions_with_late_transactions")),),
+                queries=(_total(max_by(PER_BROKER, m.PARTITIONS_WITH_LATE_TRANSACTIONS)),),
                 width=4,
                 height=5,
                 steps=GREEN_THEN_RED_AT_1,
@@ -97,7 +97,7 @@ def _summary() -> Section:
                 when_red="Red above 100000 offsets. Find the partition in the partition "
                 f"drill-down and follow {runbook('KafkaLastStableOffsetLagGrowing')}.",
                 unit="short",
-                queries=(Query(f"max(kafka_txn_max_last_stable_offset_lag{{{CLUSTER}}})", instant=True),),
+                queries=(Query(f"max({m.MAX_LAST_STABLE_OFFSET_LAG}{{{CLUSTER}}})", instant=True),),
                 width=4,
                 height=5,
                 steps=LSO_LAG_STAT,
@@ -111,9 +111,7 @@ def _summary() -> Section:
                 when_red=f"Follow {runbook('KafkaTransactionVerificationDisabled')} and "
                 "re-enable the setting with kafka-configs.sh.",
                 unit="none",
-                queries=(
-                    _total("1 - " + max_by(PER_BROKER, "kafka_txn_broker_transaction_verification_enabled")),
-                ),
+                queries=(_total("1 - " + max_by(PER_BROKER, m.BROKER_TRANSACTION_VERIFICATION_ENABLED)),),
                 width=4,
                 height=5,
                 steps=GREEN_THEN_RED_AT_1,
@@ -148,7 +146,7 @@ def _brokers() -> Section:
                 when_red=f"Any value above 0: follow {runbook('KafkaTransactionHanging')}; "
                 f"`{CLI} find-hanging --broker-id B` lists them.",
                 unit="none",
-                queries=(per_broker("kafka_txn_hanging_transactions"),),
+                queries=(per_broker(m.HANGING_TRANSACTIONS),),
                 steps=GREEN_THEN_RED_AT_1,
             ),
             PanelSpec(
@@ -159,7 +157,7 @@ def _brokers() -> Section:
                 when_red=f"Any value above 0: follow {runbook('KafkaTransactionsLate')}; the "
                 "late-transactions table below names the partitions.",
                 unit="none",
-                queries=(per_broker("kafka_txn_partitions_with_late_transactions"),),
+                queries=(per_broker(m.PARTITIONS_WITH_LATE_TRANSACTIONS),),
                 steps=GREEN_THEN_RED_AT_1,
             ),
             PanelSpec(
@@ -171,7 +169,7 @@ def _brokers() -> Section:
                 when_red=f"Above 100000 offsets and rising: follow "
                 f"{runbook('KafkaLastStableOffsetLagGrowing')}.",
                 unit="short",
-                queries=(per_broker("kafka_txn_max_last_stable_offset_lag"),),
+                queries=(per_broker(m.MAX_LAST_STABLE_OFFSET_LAG),),
                 steps=LSO_LAG_LINE,
             ),
             PanelSpec(
@@ -181,7 +179,7 @@ def _brokers() -> Section:
                 when_red="A broker shows DISABLED: follow "
                 f"{runbook('KafkaTransactionVerificationDisabled')}.",
                 unit="none",
-                queries=(per_broker("kafka_txn_broker_transaction_verification_enabled", instant=True),),
+                queries=(per_broker(m.BROKER_TRANSACTION_VERIFICATION_ENABLED, instant=True),),
                 width=12,
                 height=5,
                 steps=RED_BELOW_1,
@@ -195,7 +193,7 @@ def _brokers() -> Section:
                 when_red="Never red; brokers that disagree make late-ness differ between "
                 "partitions: align the setting with kafka-configs.sh.",
                 unit="s",
-                queries=(per_broker("kafka_txn_broker_transaction_max_timeout_seconds", instant=True),),
+                queries=(per_broker(m.BROKER_TRANSACTION_MAX_TIMEOUT, instant=True),),
                 width=12,
                 height=5,
             ),
@@ -251,7 +249,7 @@ def _coordinators() -> Section:
                 unit="s",
                 queries=(
                     Query(
-                        max_by(PER_COORDINATOR, "kafka_txn_active_transaction_open_time_max_seconds"),
+                        max_by(PER_COORDINATOR, m.ACTIVE_TRANSACTION_OPEN_TIME_MAX),
                         legend=COORDINATOR_LEGEND,
                     ),
                 ),
@@ -271,7 +269,7 @@ def _coordinators() -> Section:
                     Query(
                         max_by(
                             PER_COORDINATOR,
-                            "kafka_txn_two_phase_commit_transaction_open_time_max_seconds",
+                            m.TWO_PHASE_COMMIT_OPEN_TIME_MAX,
                         ),
                         legend=COORDINATOR_LEGEND,
                     ),
@@ -290,7 +288,7 @@ def _coordinators() -> Section:
                 queries=(
                     Query(
                         "max by (kafka_cluster, coordinator) (rate("
-                        f"kafka_txn_coordinator_timeout_aborts_total{{{CLUSTER}}}"
+                        f"{m.COORDINATOR_TIMEOUT_ABORTS}{{{CLUSTER}}}"
                         "[$__rate_interval]))",
                         legend=COORDINATOR_LEGEND,
                     ),
@@ -309,7 +307,7 @@ def _coordinators() -> Section:
                 queries=(
                     Query(
                         "sum by (kafka_cluster, state) (max by (kafka_cluster, coordinator, state) "
-                        f"(kafka_txn_coordinator_transactions{{{CLUSTER}}}))",
+                        f"({m.COORDINATOR_TRANSACTIONS}{{{CLUSTER}}}))",
                         legend="{{kafka_cluster}} {{state}}",
                     ),
                 ),
@@ -326,7 +324,7 @@ def _coordinators() -> Section:
                 unit="none",
                 queries=(
                     Query(
-                        f"max by (kafka_cluster, class) (kafka_txn_open_transactions{{{CLUSTER}}})",
+                        f"max by (kafka_cluster, class) ({m.OPEN_TRANSACTIONS}{{{CLUSTER}}})",
                         legend="{{kafka_cluster}} {{class}}",
                     ),
                 ),
@@ -494,7 +492,7 @@ def _findings() -> Section:
                 when_red="Any row: follow "
                 f"{runbook('KafkaTransactionHanging')}; abort with `{CLI} abort --topic T "
                 "--partition P --start-offset O` (dry run first, then --yes).",
-                metric="kafka_txn_hanging_transaction_info",
+                metric=m.HANGING_TRANSACTION_INFO,
                 columns=(*FINDING_COLUMNS, "reason"),
                 selector=SELECTOR,
                 link_partitions=True,
@@ -505,7 +503,7 @@ def _findings() -> Section:
                 "with its class (late, hanging, suspected_hanging, two_phase_commit, unknown).",
                 when_red=f"Any row: follow {runbook('KafkaTransactionsLate')}; "
                 f"`{CLI} describe --transactional-id ID` shows what the coordinator thinks.",
-                metric="kafka_txn_late_transaction_info",
+                metric=m.LATE_TRANSACTION_INFO,
                 columns=(*FINDING_COLUMNS, "class"),
                 selector=SELECTOR,
                 link_partitions=True,

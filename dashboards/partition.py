@@ -28,6 +28,7 @@ from dashboards.common import (
     runbook,
     topic_variable,
 )
+from exporter.metrics import catalogue as m
 
 SELECTOR = f"{CLUSTER},{TOPIC},{PARTITION}"
 FINDING_COLUMNS = (
@@ -41,7 +42,7 @@ FINDING_COLUMNS = (
     "start_offset",
     "start_time_source",
 )
-MAX_ACTIVE_DURATION = "kafka_txn_partition_max_active_transaction_duration_seconds"
+MAX_ACTIVE_DURATION = m.PARTITION_MAX_ACTIVE_TRANSACTION_DURATION
 
 
 def _selected(metric: str, *, now: bool = False) -> Query:
@@ -94,7 +95,7 @@ def _now() -> Section:
                 unit="none",
                 queries=(
                     Query(
-                        f"count(kafka_txn_hanging_transaction_info{{{SELECTOR}}}) or vector(0)",
+                        f"count({m.HANGING_TRANSACTION_INFO}{{{SELECTOR}}}) or vector(0)",
                         instant=True,
                     ),
                 ),
@@ -136,7 +137,7 @@ def _history() -> Section:
                 queries=(
                     _selected(MAX_ACTIVE_DURATION),
                     Query(
-                        max_by("kafka_cluster", "kafka_txn_broker_transaction_max_timeout_seconds"),
+                        max_by("kafka_cluster", m.BROKER_TRANSACTION_MAX_TIMEOUT),
                         legend="{{kafka_cluster}} transaction.max.timeout.ms",
                     ),
                 ),
@@ -159,7 +160,7 @@ def _findings() -> Section:
                 when_red="Any row: follow "
                 f"{runbook('KafkaTransactionHanging')}. Abort with `{CLI} abort --topic T "
                 "--partition P --start-offset O` (dry run), then again with --yes.",
-                metric="kafka_txn_hanging_transaction_info",
+                metric=m.HANGING_TRANSACTION_INFO,
                 columns=(*FINDING_COLUMNS, "coordinator_epoch", "reason"),
                 selector=SELECTOR,
             ),
@@ -169,7 +170,7 @@ def _findings() -> Section:
                 "transaction.max.timeout.ms + 5 min, with their class.",
                 when_red=f"Any row: follow {runbook('KafkaTransactionsLate')}; "
                 f"`{CLI} describe --transactional-id ID` for the coordinator's view.",
-                metric="kafka_txn_late_transaction_info",
+                metric=m.LATE_TRANSACTION_INFO,
                 columns=(*FINDING_COLUMNS, "class"),
                 selector=SELECTOR,
             ),
