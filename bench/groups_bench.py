@@ -37,7 +37,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from pyspark.sql import SparkSession
 
 from exporter.config import SparkConfig
-from exporter.groups_config import GroupsConfig
+from exporter.config.groups import GroupsConfig
 from exporter.kafka.admin import ClusterAdmin
 from exporter.kafka.collector import SnapshotCollector
 from exporter.kafka.groups import collect_group_offsets, offsets_of

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.config import SparkConfig
-from exporter.history.config import HistoryConfig
+from exporter.config.history import HistoryConfig
 from exporter.history.report import build_report
 from exporter.history.rows import CycleRows
 from exporter.history.schema import BY_NAME, PARTITION_COLUMNS

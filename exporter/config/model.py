@@ -14,6 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from exporter.config.groups import (
+    BUILTIN_RULES,
+    AttributionRule,
+    GroupsConfig,
+    parse_attribution,
+    parse_groups,
+)
 from exporter.config.keys import (
     ENV_REF,
     INVALID,
@@ -36,17 +43,10 @@ from exporter.config.keys import (
     text_problem,
     type_name,
 )
-from exporter.groups_config import (
-    BUILTIN_RULES,
-    AttributionRule,
-    GroupsConfig,
-    parse_attribution,
-    parse_groups,
-)
 from exporter.model import PipelineSettings
 
 if TYPE_CHECKING:
-    from exporter.history.config import HistoryConfig
+    from exporter.config.history import HistoryConfig
 
 DEFAULT_LISTEN_ADDRESS = ":9851"
 DEFAULT_CLUSTER_LABEL = "kafka_cluster"
@@ -689,7 +689,7 @@ def _check_config(r: Reader, values: dict[str, Any], where: Where) -> None:
 
 
 def _parse_history(raw: object, path: str) -> tuple[object, list[str]]:
-    from exporter.history.config import parse_history_section
+    from exporter.config.history import parse_history_section
 
     return parse_history_section(raw)
 

@@ -9,10 +9,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from exporter.config import ClusterConfig
+from exporter.config.groups import BUILTIN_RULES, AttributionRule
 from exporter.daemon import heap
 from exporter.daemon.memory_store import MemoryStore, max_age_ms
 from exporter.daemon.pipeline import PipelineRunner, PipelineTimeoutError, PipelineUnavailableError
-from exporter.groups_config import BUILTIN_RULES, AttributionRule
 from exporter.kafka.admin import ClusterAdmin
 from exporter.kafka.collector import SnapshotCollector
 from exporter.kafka.errors import KafkaUnavailable

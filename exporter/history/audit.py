@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 import yaml
 
-from exporter.history.config import HistoryConfig, parse_history_section
+from exporter.config.history import HistoryConfig, parse_history_section
 from exporter.history.rows import Row, utc_date
 from exporter.history.schema import ACTIONS, CLUSTER_COLUMN, DATE_COLUMN
 

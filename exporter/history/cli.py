@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.config import ConfigError, SparkConfig, parse_config, parse_duration_ms, read_text, read_yaml
-from exporter.history.config import HistoryConfig, parse_history_section
+from exporter.config.history import HistoryConfig, parse_history_section
 
 EXIT_OK = 0
 EXIT_USAGE = 2

@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from exporter.history.config import HistoryConfig
+from exporter.config.history import HistoryConfig
 from exporter.history.rows import Row
 from exporter.history.schema import ACTIONS, BY_NAME, PARTITION_COLUMNS, Dataset, spark_schema
 

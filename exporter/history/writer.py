@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exporter.history.config import HistoryConfig
+from exporter.config.history import HistoryConfig
 from exporter.history.rows import CycleRows, Row, Rows, utc_date
 from exporter.history.schema import CLUSTER_COLUMN, DATASETS, DATE_COLUMN
 from exporter.history.store import COMPACTED, HistoryStore

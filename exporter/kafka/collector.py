@@ -44,7 +44,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from exporter.groups_config import GroupsConfig
+from exporter.config.groups import GroupsConfig
 from exporter.kafka.admin import ClusterAdmin, ClusterMetadata
 from exporter.kafka.errors import DEADLINE_EXCEEDED, KafkaRequestError, KafkaUnavailable, is_retriable
 from exporter.kafka.groups import (

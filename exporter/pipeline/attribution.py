@@ -1,6 +1,6 @@
 """Whose transaction: a transactional id mapped to an ``application`` by ordered rules.
 
-The rules (:mod:`exporter.groups_config`: built-ins for Kafka Streams and Flink's KafkaSink,
+The rules (:mod:`exporter.config.groups`: built-ins for Kafka Streams and Flink's KafkaSink,
 Spring's for the prefixes it is given, the user's regexes) become ONE Spark Column expression, a chain of
 ``CASE WHEN id RLIKE p THEN ...``: pure DataFrame API, evaluated in the JVM (no Python UDF),
 the same on a classic session and on Spark Connect. The first rule that matches and yields
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from exporter.groups_config import BUILTIN_RULES, AttributionRule, java_pattern
+from exporter.config.groups import BUILTIN_RULES, AttributionRule, java_pattern
 
 #: The application label of a transaction no rule attributes (or whose id is unknown).
 UNKNOWN_APPLICATION = "unknown"

@@ -36,7 +36,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, LongType, StringType, StructField, StructType
 
-from exporter.groups_config import BUILTIN_RULES, AttributionRule, GroupsConfig
+from exporter.config.groups import BUILTIN_RULES, AttributionRule, GroupsConfig
 from exporter.model import (
     COORDINATOR_OPEN_CARRY_MS,
     COORDINATOR_STATES,

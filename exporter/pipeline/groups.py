@@ -60,7 +60,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from exporter.groups_config import BUILTIN_RULES, AttributionRule, GroupsConfig
+from exporter.config.groups import BUILTIN_RULES, AttributionRule, GroupsConfig
 from exporter.model import (
     BlockedGroupPartition,
     ConsumableCheck,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
-from exporter.groups_config import BUILTIN_RULES, AttributionRule, GroupsConfig
+from exporter.config.groups import BUILTIN_RULES, AttributionRule, GroupsConfig
 from exporter.model import ClusterSnapshot, CycleResult, PipelineMemory, PipelineSettings
 from exporter.pipeline.compute import OUTPUT_TABLES, ComputeStats, compute
 

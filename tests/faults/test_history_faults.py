@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry
 from pyspark.sql import SparkSession
 
 from exporter.config import ConfigError, parse_config
+from exporter.config.history import HistoryConfig
 from exporter.daemon import Daemon, PipelineRunner
-from exporter.history.config import HistoryConfig
 from exporter.history.writer import FAILURE_LOG_EVERY_S, HistoryWriter
 from tests.unit.history_fixtures import make, scenario
 
@@ -63,7 +63,7 @@ WRITER = textwrap.dedent(
     import sys
     from exporter.cli import setup_logging
     from exporter.config import SparkConfig
-    from exporter.history.config import HistoryConfig
+    from exporter.config.history import HistoryConfig
     from exporter.history.writer import HistoryWriter
     from exporter.pipeline.session import spark_session
     from tests.unit.history_fixtures import make, scenario

@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from exporter.groups_config import GroupsConfig
+from exporter.config.groups import GroupsConfig
 from exporter.model import (
     TWO_PHASE_COMMIT_TIMEOUT_MS,
     BatchTimestamp,

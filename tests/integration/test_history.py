@@ -31,8 +31,8 @@ from pyspark.sql import SparkSession
 
 from exporter.cli import main
 from exporter.config import parse_config
+from exporter.config.history import HistoryConfig
 from exporter.daemon import Daemon, PipelineRunner
-from exporter.history.config import HistoryConfig
 from exporter.history.writer import HistoryWriter
 from exporter.model import ClusterSnapshot, CycleResult, TxnClass
 from testbed.broker import KafkaCluster

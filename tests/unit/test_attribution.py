@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import SparkSession
 
-from exporter.groups_config import BUILTIN_RULES, AttributionRule, parse_attribution, spring_rule
+from exporter.config.groups import BUILTIN_RULES, AttributionRule, parse_attribution, spring_rule
 from exporter.pipeline.attribution import application_column
 
 pytestmark = pytest.mark.spark

@@ -25,10 +25,10 @@ from pyspark.sql import SparkSession
 
 from exporter.cli import main
 from exporter.config import CONFIG, Config, ConfigError, SparkConfig, load_config
+from exporter.config.groups import GROUP_LIMITS, AttributionRule, GroupsConfig
+from exporter.config.history import DAY_MS, MAX_RETENTION_MS
 from exporter.config.keys import Duration, Integer, Items, Kind, Nested, Section
 from exporter.daemon import Daemon, PipelineRunner
-from exporter.groups_config import GROUP_LIMITS, AttributionRule, GroupsConfig
-from exporter.history.config import DAY_MS, MAX_RETENTION_MS
 from exporter.model import (
     Broker,
     BrokerConfig,

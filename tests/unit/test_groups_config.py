@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from exporter.groups_config import (
+from exporter.config.groups import (
     BUILTIN_RULES,
     AttributionRule,
     GroupsConfig,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.history.config import parse_history_section
+from exporter.config.history import parse_history_section
 from tests.unit.test_helm import CHART, find_helm
 
 PROBE = """\

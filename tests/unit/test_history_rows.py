@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from exporter.config.history import DAY_MS, HistoryConfig, parse_history_section
 from exporter.history.audit import action_row, audit_entry, history_of
-from exporter.history.config import DAY_MS, HistoryConfig, parse_history_section
 from exporter.history.rows import CycleRows
 from exporter.history.schema import ACTIONS, BY_NAME, CLOSED, DATASETS
 from exporter.model import REREAD_MESSAGE, CollectionError, ListedTransaction, TxnClass

@@ -11,9 +11,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from exporter.cli import main
+from exporter.config.history import HistoryConfig
 from exporter.history.audit import append_action, audit_entry
 from exporter.history.cli import window_ms
-from exporter.history.config import HistoryConfig
 from exporter.history.render import to_html, to_json, to_text
 from exporter.history.report import build_report
 from exporter.history.rows import CycleRows

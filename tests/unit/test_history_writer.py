@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from exporter.history.config import HistoryConfig
+from exporter.config.history import HistoryConfig
 from exporter.history.rows import Row
 from exporter.history.store import HistoryStore
 from exporter.history.writer import HistoryWriter

@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from exporter.config import SparkConfig
-from exporter.groups_config import GroupsConfig
+from exporter.config.groups import GroupsConfig
 from exporter.model import (
     COORDINATOR_STATES,
     DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,

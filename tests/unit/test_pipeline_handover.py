@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from exporter.groups_config import GroupsConfig
+from exporter.config.groups import GroupsConfig
 from exporter.model import ClusterSnapshot, CycleResult, GroupOffset, PartitionOffsets, PipelineSettings
 from exporter.pipeline import tables
 from exporter.pipeline.compute import compute
