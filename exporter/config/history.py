@@ -12,8 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.config import parse_duration_ms
-from exporter.config.keys import text_problem
+from exporter.config.keys import parse_duration_ms, text_problem
 
 DAY_MS = 86_400_000
 DEFAULT_RETENTION_MS = 30 * DAY_MS

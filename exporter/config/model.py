@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from exporter.config.groups import (
     BUILTIN_RULES,
@@ -21,6 +21,7 @@ from exporter.config.groups import (
     parse_attribution,
     parse_groups,
 )
+from exporter.config.history import HistoryConfig, parse_history_section
 from exporter.config.keys import (
     ENV_REF,
     INVALID,
@@ -44,9 +45,6 @@ from exporter.config.keys import (
     type_name,
 )
 from exporter.model import PipelineSettings
-
-if TYPE_CHECKING:
-    from exporter.config.history import HistoryConfig
 
 DEFAULT_LISTEN_ADDRESS = ":9851"
 DEFAULT_CLUSTER_LABEL = "kafka_cluster"
@@ -689,8 +687,6 @@ def _check_config(r: Reader, values: dict[str, Any], where: Where) -> None:
 
 
 def _parse_history(raw: object, path: str) -> tuple[object, list[str]]:
-    from exporter.config.history import parse_history_section
-
     return parse_history_section(raw)
 
 
