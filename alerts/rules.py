@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import Field, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from exporter.metrics import catalogue as m
@@ -140,49 +140,65 @@ class Thresholds:
     cycles_skipped_for: str = "15m"
 
     def validate(self) -> None:
-        problems = []
-        names = set(ALERT_NAMES)
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "cluster_label":
-                if not isinstance(value, str) or not _LABEL_NAME.match(value):
-                    problems.append(f"cluster_label: {value!r} is not a Prometheus label name")
-            elif f.name == "disabled":
-                if not isinstance(value, Mapping):
-                    problems.append("disabled: must map alert names to true or false")
-                    continue
-                for name, off in value.items():
-                    if name not in names:
-                        problems.append(f"disabled.{name}: no such alert; valid: " + ", ".join(sorted(names)))
-                    elif not isinstance(off, bool):
-                        problems.append(f"disabled.{name}: {off!r} must be true or false")
-            elif f.name in ("additional_rule_labels", "additional_rule_annotations"):
-                if not isinstance(value, Mapping):
-                    problems.append(f"{f.name}: must map names to strings")
-                    continue
-                for key, text in value.items():
-                    if not isinstance(key, str) or not _LABEL_NAME.match(key):
-                        problems.append(f"{f.name}.{key}: not a valid label name")
-                    elif not isinstance(text, str):
-                        problems.append(f"{f.name}.{key}: {text!r} must be a string")
-            elif f.name.endswith(("_for", "_window")):
-                if not isinstance(value, str) or not _PROMETHEUS_DURATION.match(value):
-                    problems.append(f"{f.name}: {value!r} is not a Prometheus duration (e.g. 30s, 5m, 1h)")
-            elif f.type == "int":
-                if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                    problems.append(f"{f.name}: {value!r} must be a positive integer")
-            elif f.name == "exporter_namespace":
-                if not isinstance(value, str) or '"' in value or "\\" in value:
-                    problems.append(f"{f.name}: {value!r} must be a namespace name")
-            elif f.type == "str" and (
-                not isinstance(value, str) or not value or '"' in value or "\n" in value
-            ):
-                problems.append(f"{f.name}: must be a non-empty string without quotes")
+        problems = [problem for f in fields(self) for problem in _field_problems(f, getattr(self, f.name))]
         if problems:
             raise ThresholdsError("\n".join(problems))
 
     def is_disabled(self, name: str) -> bool:
         return bool(self.disabled.get(name, False))
+
+
+def _field_problems(f: Field[Any], value: Any) -> list[str]:
+    """What is wrong with one field's value (nothing when it is valid)."""
+    if f.name == "cluster_label":
+        if not isinstance(value, str) or not _LABEL_NAME.match(value):
+            return [f"cluster_label: {value!r} is not a Prometheus label name"]
+        return []
+    if f.name == "disabled":
+        return _disabled_problems(value)
+    if f.name in ("additional_rule_labels", "additional_rule_annotations"):
+        return _rule_extra_problems(f.name, value)
+    return _scalar_problems(f, value)
+
+
+def _disabled_problems(value: Any) -> list[str]:
+    if not isinstance(value, Mapping):
+        return ["disabled: must map alert names to true or false"]
+    names = set(ALERT_NAMES)
+    problems = []
+    for name, off in value.items():
+        if name not in names:
+            problems.append(f"disabled.{name}: no such alert; valid: " + ", ".join(sorted(names)))
+        elif not isinstance(off, bool):
+            problems.append(f"disabled.{name}: {off!r} must be true or false")
+    return problems
+
+
+def _rule_extra_problems(field_name: str, value: Any) -> list[str]:
+    if not isinstance(value, Mapping):
+        return [f"{field_name}: must map names to strings"]
+    problems = []
+    for key, text in value.items():
+        if not isinstance(key, str) or not _LABEL_NAME.match(key):
+            problems.append(f"{field_name}.{key}: not a valid label name")
+        elif not isinstance(text, str):
+            problems.append(f"{field_name}.{key}: {text!r} must be a string")
+    return problems
+
+
+def _scalar_problems(f: Field[Any], value: Any) -> list[str]:
+    if f.name.endswith(("_for", "_window")):
+        if not isinstance(value, str) or not _PROMETHEUS_DURATION.match(value):
+            return [f"{f.name}: {value!r} is not a Prometheus duration (e.g. 30s, 5m, 1h)"]
+    elif f.type == "int":
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            return [f"{f.name}: {value!r} must be a positive integer"]
+    elif f.name == "exporter_namespace":
+        if not isinstance(value, str) or '"' in value or "\\" in value:
+            return [f"{f.name}: {value!r} must be a namespace name"]
+    elif f.type == "str" and (not isinstance(value, str) or not value or '"' in value or "\n" in value):
+        return [f"{f.name}: must be a non-empty string without quotes"]
+    return []
 
 
 #: Fields the Helm chart fills in as placeholders (all but the structural ones).

@@ -479,6 +479,51 @@ def time_cli_find_hanging(
     return time.monotonic() - started, code
 
 
+def record_scrape(
+    result: VariantResult, last: Scrape, current: Scrape, *, elapsed: float, java: Sequence[int]
+) -> None:
+    """What a scrape adds to the run: the cycles completed since ``last`` (each cluster's and
+    the daemon's), the stage durations, and the start of the steady state (cycle 2)."""
+    for name, (count, total) in current.clusters.items():
+        before = last.clusters.get(name, (0, 0.0))
+        if count > before[0]:
+            per_cycle = (total - before[1]) / (count - before[0])
+            result.cluster_cycles.setdefault(name, []).extend([per_cycle] * (count - before[0]))
+    if current.cycles > last.cycles:
+        steps = current.cycles - last.cycles
+        per_cycle = (current.cycle_sum - last.cycle_sum) / steps
+        result.cycle_seconds.extend([per_cycle] * steps)
+        for stage, seconds in current.stages.items():
+            result.stages.setdefault(stage, []).append(seconds)
+        if math.isnan(result.first_cycle_at_s):
+            result.first_cycle_at_s = elapsed
+        if current.cycles >= 2 and not result.steady_from:
+            result.steady_from = len(result.samples) + 1
+            if java:
+                result.threads_steady = thread_cpu(java[0])
+                result.cycles_steady = current.cycles
+    result.outcomes = dict(current.outcomes)
+
+
+def reap_jvms(result: VariantResult, jvm_pids: set[int]) -> None:
+    """Counts the Spark JVMs seen and those still alive 15 s after the daemon exited (then
+    killed: an orphan JVM would skew the next variant)."""
+    grace = time.monotonic() + 15
+    while time.monotonic() < grace and any(alive(p) for p in jvm_pids):
+        time.sleep(0.2)
+    left = sorted(p for p in jvm_pids if alive(p))
+    result.orphan_jvms = len(left)
+    result.jvm_pids = len(jvm_pids)
+    if left:
+        progress(
+            f"[{result.variant.name}] Spark JVM(s) {left} still alive 15 s after the daemon exited: "
+            "killing them"
+        )
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
 def run_variant(
     bootstrap: str,
     variant: Variant,
@@ -533,26 +578,8 @@ def run_variant(
             if current is not None:
                 if math.isnan(result.ready_s) and ready(port):
                     result.ready_s = time.monotonic() - started
-                for name, (count, total) in current.clusters.items():
-                    before = last.clusters.get(name, (0, 0.0))
-                    if count > before[0]:
-                        per_cycle = (total - before[1]) / (count - before[0])
-                        result.cluster_cycles.setdefault(name, []).extend([per_cycle] * (count - before[0]))
-                if current.cycles > last.cycles:
-                    steps = current.cycles - last.cycles
-                    per_cycle = (current.cycle_sum - last.cycle_sum) / steps
-                    result.cycle_seconds.extend([per_cycle] * steps)
-                    for stage, seconds in current.stages.items():
-                        result.stages.setdefault(stage, []).append(seconds)
-                    if math.isnan(result.first_cycle_at_s):
-                        result.first_cycle_at_s = elapsed
-                    if current.cycles >= 2 and not result.steady_from:
-                        result.steady_from = len(result.samples) + 1
-                        if java:
-                            result.threads_steady = thread_cpu(java[0])
-                            result.cycles_steady = current.cycles
+                record_scrape(result, last, current, elapsed=elapsed, java=java)
                 last = current
-                result.outcomes = dict(current.outcomes)
             # Every descendant counts: the JVM, and Python workers it may fork (pyspark.daemon).
             result.samples.append(
                 Sample(
@@ -596,19 +623,7 @@ def run_variant(
             progress(f"[{variant.name}] the daemon ignored SIGTERM for 60 s: killing its group")
             os.killpg(proc.pid, signal.SIGKILL)
             result.exit_code = proc.wait(timeout=10)
-        grace = time.monotonic() + 15
-        while time.monotonic() < grace and any(alive(p) for p in jvm_pids):
-            time.sleep(0.2)
-        left = sorted(p for p in jvm_pids if alive(p))
-        result.orphan_jvms = len(left)
-        result.jvm_pids = len(jvm_pids)
-        if left:
-            progress(
-                f"[{variant.name}] Spark JVM(s) {left} still alive 15 s after the daemon exited: killing them"
-            )
-            for pid in left:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+        reap_jvms(result, jvm_pids)
     progress(
         f"[{variant.name}] {len(result.cycle_seconds)} cycles in {result.run_s:.0f} s, "
         f"peak total {result.peak('total'):.0f} MiB, exit {result.exit_code}"
