@@ -253,12 +253,24 @@ class Remediation:
         f, snapshot = job.finding, job.snapshot
         config = job.cluster.remediation
         classified = Classified(snapshot, job.result, job.result.computed_at_ms)
+        key = (f.topic, f.partition, f.producer_id, f.start_offset)
         producer = next(
-            p
-            for p in snapshot.producers
-            if (p.topic, p.partition, p.producer_id, p.current_txn_start_offset)
-            == (f.topic, f.partition, f.producer_id, f.start_offset)
+            (
+                p
+                for p in snapshot.producers
+                if (p.topic, p.partition, p.producer_id, p.current_txn_start_offset) == key
+            ),
+            None,
         )
+        if producer is None:  # not in the cycle's evidence: nothing to judge
+            missing = {
+                **_target_fields(f),
+                "result": "refused",
+                "refusal": "not open in the cycle's snapshot",
+            }
+            self._counter.labels(job.cluster.name, ACTION, "refused").inc()
+            self._audit(job.cluster, missing)
+            return "refused"
         leader = next(
             (p.leader for p in snapshot.partitions if (p.topic, p.partition) == (f.topic, f.partition)),
             producer.broker_id,
