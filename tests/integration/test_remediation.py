@@ -24,7 +24,7 @@ from exporter.remediation.config import RemediationConfig
 from exporter.remediation.engine import Remediation
 from testbed.broker import KafkaCluster
 from testbed.rawclient import RawClient
-from testbed.scenarios import force_terminate, produce_plain
+from testbed.scenarios import produce_plain
 from tests.fixtures_kafka import HangingFactory
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -157,7 +157,8 @@ def test_remediation_aborts_a_genuine_hanging_transaction_once_and_never_an_owne
         assert again.process_pending() == 0
         assert len(again.audit) == 0
     finally:
-        force_terminate(kafka.bootstrap_servers, owned.transactional_id)
+        with ClusterAdmin(bootstrap_servers=kafka.bootstrap_servers) as admin:  # end the owned one
+            admin.force_terminate(owned.transactional_id, kafka.coordinator_of(owned.transactional_id))
         remediation.close()
 
 
