@@ -141,11 +141,14 @@ def main() -> int:
             }
             partition_of = {"coordinator_not_open": "0", "partition_not_in_transaction": "2"}
             onset: dict[str, float] = {}
+            cycles_at_onset: dict[str, int] = {}
             for reason, make in makers.items():
                 make()
                 onset[reason] = time.monotonic()
+                cycles_at_onset[reason] = daemon.store.get("bench").cycles_complete
                 print(f"{reason}: hanging transaction created", flush=True)
             classed: dict[str, float] = {}
+            cycles: dict[str, int] = {}
             paged: dict[tuple[str, str], float] = {}
             deadline = time.monotonic() + WAIT_S
             while time.monotonic() < deadline and (
@@ -156,6 +159,7 @@ def main() -> int:
                 for reason in makers:
                     if reason not in classed and partition_of[reason] in shown:
                         classed[reason] = now - onset[reason]
+                        cycles[reason] = daemon.store.get("bench").cycles_complete - cycles_at_onset[reason]
                         print(f"{reason}: hanging on /metrics after {classed[reason]:.1f} s", flush=True)
                     for name, server in servers.items():
                         if (reason, name) in paged:
@@ -169,10 +173,20 @@ def main() -> int:
                             took = paged[(reason, name)]
                             print(f"{reason}: {ALERT} firing ({name} rules) after {took:.1f} s", flush=True)
                 time.sleep(1.0)
+            durations = daemon.registry.get_sample_value(
+                "kafka_txn_exporter_cycle_duration_seconds_sum", {"kafka_cluster": "bench"}
+            )
+            count = daemon.registry.get_sample_value(
+                "kafka_txn_exporter_cycle_duration_seconds_count", {"kafka_cluster": "bench"}
+            )
+            if durations is not None and count:
+                figure("onset_bench_mean_cycle_s", durations / count)
             for reason in makers:
                 if reason in classed:
                     figure(f"onset_to_hanging_class_s@{reason}", classed[reason])
-                    figure(f"onset_to_hanging_class_cycles@{reason}", classed[reason] / args.interval)
+                    # Cycles that completed after the onset, the one that showed it included (a
+                    # cycle in flight at the onset counts, whether or not it saw it).
+                    figure(f"onset_to_hanging_class_cycles@{reason}", cycles[reason])
                 for name in servers:
                     if (reason, name) in paged:
                         suffix = "" if name == "now" else "_before"
