@@ -1,6 +1,6 @@
 """Auto-remediation's decisions on fixtures (no broker): the config section, which confirmed
 hanging transactions are handed to the worker and when (after, topics, the hourly budget,
-once per transaction, across a restart), and ``recover``'s request and selection."""
+once per transaction, across a restart)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,14 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from exporter.config import ClusterConfig, ConfigError, parse_config
-from exporter.model import ClusterSnapshot, CycleResult, Finding, HangingReason, StartTimeSource, TxnClass
-from exporter.operator.requests import RecoverRequest, UsageError
+from exporter.model import (
+    ClusterSnapshot,
+    CycleResult,
+    Finding,
+    HangingReason,
+    StartTimeSource,
+    TxnClass,
+)
 from exporter.remediation.config import RemediationConfig, parse_remediation
 from exporter.remediation.engine import Remediation
 
@@ -126,13 +132,3 @@ def test_the_hourly_budget_and_what_was_done_survive_a_restart(tmp_path: Path) -
     again(*cycle(61 * MINUTE, *three))
     assert again.queued == 1  # a new hour: the third, and only the third, is due
     assert (tmp_path / "remediation-c.json").exists()
-
-
-def test_recover_takes_exactly_one_selector() -> None:
-    with pytest.raises(UsageError, match="exactly one of"):
-        RecoverRequest()
-    with pytest.raises(UsageError, match="given: --application, --producer-id"):
-        RecoverRequest(application="a", producer_id=1)
-    with pytest.raises(UsageError, match="--transactional-id-prefix must not be empty"):
-        RecoverRequest(transactional_id_prefix=" ")
-    assert RecoverRequest(transactional_id_prefix="orders-").described == "--transactional-id-prefix orders-"
