@@ -89,3 +89,39 @@ def test_recover_refuses_what_is_ambiguous_before_writing_anything() -> None:
     opens = open_transactions(doubtful, {"orders-0-1": "orders"})
     with pytest.raises(CannotVerify, match="1 open transaction"):
         refuse_ambiguity(doubtful, opens, RecoverRequest(application="orders"))
+
+
+def test_the_table_names_each_transaction_its_class_groups_and_action() -> None:
+    from exporter.operator.recover import Action, _text
+
+    stuck = replace(hanging(), transactional_id="app-0-7")
+    classified = _classified((stuck,), (_producer(stuck),))
+    (o,) = open_transactions(classified, {"app-0-7": "app"})
+    planned = [
+        Action(
+            "abort", [o], {"result": "dry_run"}, "Hanging transaction on orders-1-0 ...", result="dry_run"
+        ),
+        Action("skip", [o], message="a two-phase-commit transaction"),
+    ]
+    request = RecoverRequest(application="app")
+    text = _text(request, planned, [o], {}, 1_000)
+    assert text.splitlines()[0] == "1 open transaction(s) match --application app:"
+    assert "hanging" in text and "app-0-7" in text
+    assert "2. skip orders-1-0: a two-phase-commit transaction" in text
+    assert "1. Hanging transaction on orders-1-0 ..." in text
+    assert text.endswith("Re-run with --yes to act on every transaction above.")
+    done = _text(
+        RecoverRequest(application="app", yes=True),
+        planned,
+        [o],
+        {
+            "lso_after": {"orders-1-0": 12},
+            "groups_unblocked": [("g", "orders-1-0")],
+            "groups_still_blocked": [],
+        },
+        1_000,
+    )
+    assert "LSO now: orders-1-0 12." in done and "Groups that can read on: g (orders-1-0)." in done
+    assert (
+        _text(request, [], [], {}, 0) == "No open transaction matches --application app: nothing to recover."
+    )
