@@ -4,9 +4,11 @@ transactions it sees and whose, and what it refuses before writing anything."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from exporter.groups_config import BUILTIN_RULES
 from exporter.model import (
     ClusterSnapshot,
     CycleResult,
@@ -125,3 +127,17 @@ def test_the_table_names_each_transaction_its_class_groups_and_action() -> None:
     assert (
         _text(request, [], [], {}, 0) == "No open transaction matches --application app: nothing to recover."
     )
+
+
+def test_with_a_config_file_recover_attributes_with_the_configs_rules(tmp_path: Path) -> None:
+    from exporter.operator.connection import resolve_target
+    from exporter.operator.requests import Connection
+
+    config = tmp_path / "config.yml"
+    config.write_text(
+        "clusters: [{name: prod, bootstrap_servers: 'h:1'}]\n"
+        "attribution: [{name: billing, pattern: '^billing-tx-', application: billing}]\n"
+    )
+    target = resolve_target(Connection(config_file=str(config)))
+    assert [r.name for r in target.attribution][-1] == "billing"
+    assert resolve_target(Connection(bootstrap_server="h:1")).attribution == BUILTIN_RULES
