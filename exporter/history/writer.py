@@ -196,10 +196,7 @@ class HistoryWriter:
             with self._cond:
                 self._actions[:0] = rows
             log.warning(
-                "history: %d audit row(s) not written yet (%s: %s)",
-                len(rows),
-                type(e).__name__,
-                _first_line(e),
+                "history: %d audit row(s) not written yet: %s", len(rows), failure_cause(e, self.config)
             )
 
     def _write_pending(self) -> bool:
