@@ -24,7 +24,7 @@ from exporter.config import (
     load_config,
     parse_flag,
 )
-from exporter.groups_config import BUILTIN_RULES, AttributionRule
+from exporter.config.groups import BUILTIN_RULES, AttributionRule
 from exporter.kafka.admin import ClusterAdmin
 from exporter.model import PipelineSettings
 from exporter.operator.requests import Connection, UsageError

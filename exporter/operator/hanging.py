@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from exporter.config.groups import GroupsConfig
 from exporter.exitcodes import ExitCode
-from exporter.groups_config import GroupsConfig
 from exporter.kafka.admin import ClusterAdmin
 from exporter.kafka.collector import SnapshotCollector
 from exporter.kafka.errors import KafkaRequestError

@@ -411,7 +411,7 @@ RECOVER_COLUMNS: Columns = (
 
 
 def recover(admin: ClusterAdmin, spark: SparkSession, target: Target, request: RecoverRequest) -> int:
-    from exporter.groups_config import GroupsConfig
+    from exporter.config.groups import GroupsConfig
 
     # Blocked at once: the operator asks now, there is no earlier cycle to compare with.
     groups = GroupsConfig(enabled=True, blocked_after_cycles=1)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.groups_config import BUILTIN_RULES
+from exporter.config.groups import BUILTIN_RULES
 from exporter.model import (
     ClusterSnapshot,
     CycleResult,
