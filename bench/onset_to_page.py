@@ -34,7 +34,7 @@ import logging
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -47,7 +47,7 @@ from exporter.daemon import Daemon
 from exporter.model import DEFAULT_TRANSACTION_MAX_TIMEOUT_MS, KAFKA_LATE_TRANSACTION_BUFFER_MS
 from testbed.broker import KafkaCluster, free_port
 from testbed.scenarios import create_hanging_transaction, create_partition_not_in_transaction
-from tests.e2e.stack import http_get, query, render_rules, start_prometheus
+from tests.e2e.stack import Server, http_get, query, render_rules, start_prometheus
 
 ALERT = "KafkaTransactionHanging"
 #: Kafka's find-hanging looks at transactions whose LastTimestamp is older than this.
@@ -85,6 +85,46 @@ def hanging_on_metrics(port: int, topic: str) -> set[str]:
         for s in family.samples
         if s.labels.get("topic") == topic
     }
+
+
+def watch(
+    daemon: Daemon,
+    servers: Mapping[str, Server],
+    topic: str,
+    partition_of: Mapping[str, str],
+    onset: Mapping[str, float],
+    cycles_at_onset: Mapping[str, int],
+) -> tuple[dict[str, float], dict[str, int], dict[tuple[str, str], float]]:
+    """Polls /metrics and each Prometheus every second until every hanging transaction is
+    classed and paged (or WAIT_S passed): seconds to the class and the cycles it took per
+    reason, and seconds to the page per (reason, rules)."""
+    classed: dict[str, float] = {}
+    cycles: dict[str, int] = {}
+    paged: dict[tuple[str, str], float] = {}
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline and (
+        len(classed) < len(partition_of) or len(paged) < len(servers) * len(partition_of)
+    ):
+        now = time.monotonic()
+        shown = hanging_on_metrics(daemon.port, topic)
+        for reason, partition in partition_of.items():
+            if reason not in classed and partition in shown:
+                classed[reason] = now - onset[reason]
+                cycles[reason] = daemon.store.get("bench").cycles_complete - cycles_at_onset[reason]
+                print(f"{reason}: hanging on /metrics after {classed[reason]:.1f} s", flush=True)
+            for name, server in servers.items():
+                if (reason, name) in paged:
+                    continue
+                expr = (
+                    f'ALERTS{{alertname="{ALERT}",alertstate="firing",topic="{topic}",'
+                    f'partition="{partition}"}}'
+                )
+                if query(server, expr):
+                    paged[(reason, name)] = now - onset[reason]
+                    took = paged[(reason, name)]
+                    print(f"{reason}: {ALERT} firing ({name} rules) after {took:.1f} s", flush=True)
+        time.sleep(1.0)
+    return classed, cycles, paged
 
 
 def main() -> int:
@@ -147,32 +187,7 @@ def main() -> int:
                 onset[reason] = time.monotonic()
                 cycles_at_onset[reason] = daemon.store.get("bench").cycles_complete
                 print(f"{reason}: hanging transaction created", flush=True)
-            classed: dict[str, float] = {}
-            cycles: dict[str, int] = {}
-            paged: dict[tuple[str, str], float] = {}
-            deadline = time.monotonic() + WAIT_S
-            while time.monotonic() < deadline and (
-                len(classed) < len(makers) or len(paged) < 2 * len(makers)
-            ):
-                now = time.monotonic()
-                shown = hanging_on_metrics(daemon.port, topic)
-                for reason in makers:
-                    if reason not in classed and partition_of[reason] in shown:
-                        classed[reason] = now - onset[reason]
-                        cycles[reason] = daemon.store.get("bench").cycles_complete - cycles_at_onset[reason]
-                        print(f"{reason}: hanging on /metrics after {classed[reason]:.1f} s", flush=True)
-                    for name, server in servers.items():
-                        if (reason, name) in paged:
-                            continue
-                        expr = (
-                            f'ALERTS{{alertname="{ALERT}",alertstate="firing",topic="{topic}",'
-                            f'partition="{partition_of[reason]}"}}'
-                        )
-                        if query(server, expr):
-                            paged[(reason, name)] = now - onset[reason]
-                            took = paged[(reason, name)]
-                            print(f"{reason}: {ALERT} firing ({name} rules) after {took:.1f} s", flush=True)
-                time.sleep(1.0)
+            classed, cycles, paged = watch(daemon, servers, topic, partition_of, onset, cycles_at_onset)
             durations = daemon.registry.get_sample_value(
                 "kafka_txn_exporter_cycle_duration_seconds_sum", {"kafka_cluster": "bench"}
             )
