@@ -26,7 +26,7 @@ from exporter.config import SparkConfig
 from exporter.config.history import HistoryConfig
 from exporter.history.report import build_report
 from exporter.history.rows import CycleRows
-from exporter.history.schema import BY_NAME, PARTITION_COLUMNS
+from exporter.history.schema import BY_NAME, PARTITION_COLUMNS, Row
 from exporter.history.store import HistoryStore
 from exporter.history.writer import HistoryWriter
 from exporter.model import (
@@ -134,7 +134,7 @@ def bench_write(spark: Any, root: Path, args: argparse.Namespace) -> None:
 def bench_bytes(spark: Any, root: Path, args: argparse.Namespace) -> None:
     lagging = int(args.partitions * args.lagging)
     rows = CycleRows()
-    per_dataset: dict[str, list[tuple[object, ...]]] = {}
+    per_dataset: dict[str, list[Row]] = {}
     hour_cycles = 3_600_000 // 30_000
     for i in range(hour_cycles):
         snapshot, result = cycle(T0 + i * 30_000, args.partitions, lagging, args.stored, args.ongoing)

@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 import yaml
 
 from exporter.config.history import HistoryConfig, parse_history_section
-from exporter.history.rows import Row, utc_date
-from exporter.history.schema import ACTIONS, CLUSTER_COLUMN, DATE_COLUMN
+from exporter.history.rows import utc_date
+from exporter.history.schema import ACTIONS, ActionRow
 
 #: Plan keys kept as the evidence the command saw.
 _EVIDENCE_KEYS = (
@@ -179,27 +179,27 @@ def _log_line(entry: Mapping[str, Any]) -> None:
     print(json.dumps(entry, default=str), file=sys.stderr, flush=True)  # "audit" first
 
 
-def action_row(entry: Mapping[str, Any]) -> Row:
-    return (
-        entry["cluster"],
-        utc_date(entry["at_ms"]),
-        entry["at_ms"],
-        entry["audit"],
-        entry["dry_run"],
-        entry["result"],
-        entry["os_user"],
-        entry["principal"],
-        entry["host"],
-        entry["topic"],
-        entry["partition"],
-        entry["producer_id"],
-        entry["producer_epoch"],
-        entry["start_offset"],
-        entry["transactional_id"],
-        json.dumps(entry["evidence"], sort_keys=True, default=str),
-        entry["written"],
-        entry["lso_before"],
-        entry["lso_after"],
+def action_row(entry: Mapping[str, Any]) -> ActionRow:
+    return ActionRow(
+        cluster=entry["cluster"],
+        date=utc_date(entry["at_ms"]),
+        at_ms=entry["at_ms"],
+        action=entry["audit"],
+        dry_run=entry["dry_run"],
+        result=entry["result"],
+        os_user=entry["os_user"],
+        principal=entry["principal"],
+        host=entry["host"],
+        topic=entry["topic"],
+        partition=entry["partition"],
+        producer_id=entry["producer_id"],
+        producer_epoch=entry["producer_epoch"],
+        start_offset=entry["start_offset"],
+        transactional_id=entry["transactional_id"],
+        evidence=json.dumps(entry["evidence"], sort_keys=True, default=str),
+        written=entry["written"],
+        lso_before=entry["lso_before"],
+        lso_after=entry["lso_after"],
     )
 
 
@@ -213,12 +213,7 @@ def append_action(history: HistoryConfig, entry: Mapping[str, Any]) -> None:
         from exporter.history.store import arrow_rows
 
         table = arrow_rows(ACTIONS, [row]).drop_columns(["cluster", "date"])
-        directory = (
-            Path(history.local_path)
-            / ACTIONS.name
-            / f"cluster={row[CLUSTER_COLUMN]}"
-            / f"date={row[DATE_COLUMN]}"
-        )
+        directory = Path(history.local_path) / ACTIONS.name / f"cluster={row.cluster}" / f"date={row.date}"
         directory.mkdir(parents=True, exist_ok=True)
         name = f"part-audit-{uuid.uuid4().hex}.parquet"
         tmp = directory / f".{name}.tmp"  # hidden from readers until renamed

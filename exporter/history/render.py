@@ -41,6 +41,81 @@ def to_json(report: Mapping[str, Any]) -> str:
     return json.dumps(report, indent=2, sort_keys=True, default=str) + "\n"
 
 
+# --- the tables both renderings show --------------------------------------------------------
+
+Table = tuple[Sequence[str], Sequence[Sequence[object]]]
+
+
+def incident_table(report: Mapping[str, Any]) -> Table:
+    """The incidents, one row each: when, where, who, how its class changed and ended, and
+    what the CLI did about it."""
+    headers = (
+        "first seen",
+        "last seen",
+        "topic-partition",
+        "producer id",
+        "start offset",
+        "transactional id",
+        "classes",
+        "peak duration",
+        "end",
+        "actions",
+    )
+    rows = [
+        (
+            i["first_seen"],
+            i["last_seen"],
+            f"{i['topic']}-{i['partition']}",
+            i["producer_id"],
+            i["start_offset"],
+            i["transactional_id"],
+            " > ".join(ch["class"] for ch in i["class_changes"]),
+            duration(i["peak_duration_ms"]),
+            i["end"],
+            ", ".join(
+                f"{a['action']}{' (dry run)' if a['dry_run'] else ''} by {a['os_user']}" for a in i["actions"]
+            )
+            or None,
+        )
+        for i in report["incidents"]
+    ]
+    return headers, rows
+
+
+def application_table(report: Mapping[str, Any]) -> Table:
+    headers = ("transactional id", "producer id", "incidents", "late", "hanging", "peak", "topics")
+    rows = [
+        (
+            a["transactional_id"],
+            a["producer_id"],
+            a["incidents"],
+            duration(a["late_ms"]),
+            duration(a["hanging_ms"]),
+            duration(a["peak_duration_ms"]),
+            ", ".join(a["topics"]),
+        )
+        for a in report["applications"]
+    ]
+    return headers, rows
+
+
+def topic_table(report: Mapping[str, Any]) -> Table:
+    headers = ("topic", "blocked", "peak LSO lag", "p50", "p90", "p99", "lagging partitions")
+    rows = [
+        (
+            t["topic"],
+            duration(t["blocked_ms"]),
+            t["peak_lso_lag"],
+            t["lso_lag_p50"],
+            t["lso_lag_p90"],
+            t["lso_lag_p99"],
+            t["partitions_lagging"],
+        )
+        for t in report["topics"]
+    ]
+    return headers, rows
+
+
 # --- text ---------------------------------------------------------------------------------
 
 
@@ -58,83 +133,11 @@ def to_text(report: Mapping[str, Any]) -> str:
         "",
     ]
     out.append(f"Incidents ({len(report['incidents'])})")
-    out += (
-        _table(
-            [
-                "first seen",
-                "last seen",
-                "topic-partition",
-                "producer id",
-                "start offset",
-                "transactional id",
-                "classes",
-                "peak duration",
-                "end",
-                "actions",
-            ],
-            [
-                (
-                    i["first_seen"],
-                    i["last_seen"],
-                    f"{i['topic']}-{i['partition']}",
-                    i["producer_id"],
-                    i["start_offset"],
-                    i["transactional_id"],
-                    " > ".join(ch["class"] for ch in i["class_changes"]),
-                    duration(i["peak_duration_ms"]),
-                    i["end"],
-                    ", ".join(
-                        f"{a['action']}{' (dry run)' if a['dry_run'] else ''} by {a['os_user']}"
-                        for a in i["actions"]
-                    )
-                    or None,
-                )
-                for i in report["incidents"]
-            ],
-        )
-        if report["incidents"]
-        else ["  none"]
-    )
+    out += _table(*incident_table(report)) if report["incidents"] else ["  none"]
     out += ["", "Applications by late + hanging time"]
-    out += (
-        _table(
-            ["transactional id", "producer id", "incidents", "late", "hanging", "peak", "topics"],
-            [
-                (
-                    a["transactional_id"],
-                    a["producer_id"],
-                    a["incidents"],
-                    duration(a["late_ms"]),
-                    duration(a["hanging_ms"]),
-                    duration(a["peak_duration_ms"]),
-                    ",".join(a["topics"]),
-                )
-                for a in report["applications"]
-            ],
-        )
-        if report["applications"]
-        else ["  none"]
-    )
+    out += _table(*application_table(report)) if report["applications"] else ["  none"]
     out += ["", "Topics by time blocked (LSO lag > 0)"]
-    out += (
-        _table(
-            ["topic", "blocked", "peak LSO lag", "p50", "p90", "p99", "lagging partitions"],
-            [
-                (
-                    t["topic"],
-                    duration(t["blocked_ms"]),
-                    t["peak_lso_lag"],
-                    t["lso_lag_p50"],
-                    t["lso_lag_p90"],
-                    t["lso_lag_p99"],
-                    t["partitions_lagging"],
-                )
-                for t in report["topics"]
-            ],
-        )
-        if report["topics"]
-        else ["  none"]
-    )
+    out += _table(*topic_table(report)) if report["topics"] else ["  none"]
     unreadable = report.get("unreadable_files") or []
     if unreadable:
         out += ["", f"Unreadable files ({len(unreadable)}, skipped: the figures above leave them out)"]
@@ -296,79 +299,13 @@ def to_html(report: Mapping[str, Any]) -> str:
     ]
     if gantt:
         parts.append(f"<figure id='incident-gantt'>{gantt}</figure>")
-    parts.append(
-        _html_table(
-            [
-                "first seen",
-                "last seen",
-                "partition",
-                "producer id",
-                "start offset",
-                "transactional id",
-                "classes",
-                "peak duration",
-                "end",
-                "actions",
-            ],
-            [
-                (
-                    i["first_seen"],
-                    i["last_seen"],
-                    f"{i['topic']}-{i['partition']}",
-                    i["producer_id"],
-                    i["start_offset"],
-                    i["transactional_id"],
-                    " > ".join(ch["class"] for ch in i["class_changes"]),
-                    duration(i["peak_duration_ms"]),
-                    i["end"],
-                    ", ".join(
-                        f"{a['action']}{' (dry run)' if a['dry_run'] else ''} by {a['os_user']}"
-                        for a in i["actions"]
-                    )
-                    or None,
-                )
-                for i in report["incidents"]
-            ],
-        )
-    )
+    parts.append(_html_table(*incident_table(report)))
     parts.append("<h2>Applications by late + hanging time</h2>")
-    parts.append(
-        _html_table(
-            ["transactional id", "producer id", "incidents", "late", "hanging", "peak", "topics"],
-            [
-                (
-                    a["transactional_id"],
-                    a["producer_id"],
-                    a["incidents"],
-                    duration(a["late_ms"]),
-                    duration(a["hanging_ms"]),
-                    duration(a["peak_duration_ms"]),
-                    ", ".join(a["topics"]),
-                )
-                for a in report["applications"]
-            ],
-        )
-    )
+    parts.append(_html_table(*application_table(report)))
     parts.append("<h2>Topics by time blocked</h2>")
     if lag:
         parts.append(f"<figure id='lso-lag'>{lag}</figure>")
-    parts.append(
-        _html_table(
-            ["topic", "blocked", "peak LSO lag", "p50", "p90", "p99", "lagging partitions"],
-            [
-                (
-                    t["topic"],
-                    duration(t["blocked_ms"]),
-                    t["peak_lso_lag"],
-                    t["lso_lag_p50"],
-                    t["lso_lag_p90"],
-                    t["lso_lag_p99"],
-                    t["partitions_lagging"],
-                )
-                for t in report["topics"]
-            ],
-        )
-    )
+    parts.append(_html_table(*topic_table(report)))
     unreadable = report.get("unreadable_files") or []
     if unreadable:
         parts.append(f"<h2>Unreadable files ({len(unreadable)}, skipped)</h2>")

@@ -1,4 +1,5 @@
-"""What one cycle adds to the history, as row tuples in the datasets' column order. Pure.
+"""What one cycle adds to the history, as rows of the datasets' records
+(``exporter.history.schema``), built by column name. Pure.
 
 :class:`CycleRows` turns each (snapshot, result) into rows; it remembers the transactions it
 stored in the previous cycle so it can tell which of them closed, and how, as far as the
@@ -10,10 +11,19 @@ from __future__ import annotations
 import datetime
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import TypedDict
 
+from exporter.history.schema import (
+    ClosedRow,
+    CycleRow,
+    ErrorRow,
+    LsoLagRow,
+    Row,
+    TransactionRow,
+)
 from exporter.model import ClusterSnapshot, CycleResult, Finding, TxnClass
 
-Row = tuple[object, ...]
+#: Dataset name -> its rows.
 Rows = dict[str, list[Row]]
 #: (topic, partition, producer id, start offset): one partition-level transaction.
 Identity = tuple[str, int, int, int]
@@ -30,6 +40,14 @@ _END_BY_STATE = {
 
 def utc_date(ms: int) -> str:
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime("%Y-%m-%d")
+
+
+class _Key(TypedDict):
+    """The columns every row of a cycle starts with."""
+
+    cluster: str
+    date: str
+    cycle_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,36 +76,47 @@ class CycleRows:
         cluster = result.cluster
         at = result.computed_at_ms
         date = utc_date(at)
-        key = (cluster, date, at)
+        key = _Key(cluster=cluster, date=date, cycle_ms=at)
         by_class = dict(result.open_transactions_by_class)
         lagging = [p for p in result.partitions if p.lso_lag]
         out["cycles"].append(
-            (
-                *key,
-                snapshot.taken_at_ms,
-                "complete" if snapshot.complete else "partial",
-                len(snapshot.errors),
-                len(snapshot.partitions),
-                len(lagging),
-                max((p.lso_lag or 0 for p in lagging), default=0),
-                *(
-                    int(by_class.get(c, 0))
-                    for c in (
-                        TxnClass.ONGOING,
-                        TxnClass.LATE,
-                        TxnClass.SUSPECTED_HANGING,
-                        TxnClass.HANGING,
-                        TxnClass.TWO_PHASE_COMMIT,
-                        TxnClass.UNKNOWN,
-                    )
-                ),
+            CycleRow(
+                **key,
+                snapshot_ms=snapshot.taken_at_ms,
+                outcome="complete" if snapshot.complete else "partial",
+                errors=len(snapshot.errors),
+                partitions=len(snapshot.partitions),
+                lagging_partitions=len(lagging),
+                max_lso_lag=max((p.lso_lag or 0 for p in lagging), default=0),
+                open_ongoing=int(by_class.get(TxnClass.ONGOING, 0)),
+                open_late=int(by_class.get(TxnClass.LATE, 0)),
+                open_suspected_hanging=int(by_class.get(TxnClass.SUSPECTED_HANGING, 0)),
+                open_hanging=int(by_class.get(TxnClass.HANGING, 0)),
+                open_two_phase_commit=int(by_class.get(TxnClass.TWO_PHASE_COMMIT, 0)),
+                open_unknown=int(by_class.get(TxnClass.UNKNOWN, 0)),
             )
         )
         out["errors"].extend(
-            (*key, e.api, e.error, e.broker_id, e.topic, e.partition, e.message) for e in snapshot.errors
+            ErrorRow(
+                **key,
+                api=e.api,
+                error=e.error,
+                broker_id=e.broker_id,
+                topic=e.topic,
+                partition=e.partition,
+                message=e.message,
+            )
+            for e in snapshot.errors
         )
         out["lso_lag"].extend(
-            (*key, p.topic, p.partition, p.leader, p.lso_lag, p.max_active_transaction_duration_ms)
+            LsoLagRow(
+                **key,
+                topic=p.topic,
+                partition=p.partition,
+                leader=p.leader,
+                lso_lag=p.lso_lag or 0,  # lagging: never None or 0
+                max_active_transaction_duration_ms=p.max_active_transaction_duration_ms,
+            )
             for p in lagging
         )
         stored: dict[Identity, Tracked] = {}
@@ -95,36 +124,7 @@ class CycleRows:
             if f.txn_class is TxnClass.ONGOING:
                 continue
             stored[(f.topic, f.partition, f.producer_id, f.start_offset)] = Tracked(f, at)
-            out["transactions"].append(
-                (
-                    *key,
-                    f.topic,
-                    f.partition,
-                    f.broker_id,
-                    f.producer_id,
-                    f.producer_epoch,
-                    f.coordinator_epoch,
-                    f.start_offset,
-                    f.transactional_id,
-                    f.application,
-                    f.txn_class.value,
-                    f.late,
-                    (
-                        f.hanging_reason.value
-                        if f.hanging_reason
-                        else f.unknown_reason.value
-                        if f.unknown_reason
-                        else None
-                    ),
-                    f.start_time_ms,
-                    f.start_time_source.value,
-                    f.duration_ms,
-                    f.coordinator_id,
-                    f.coordinator_state,
-                    f.transaction_timeout_ms,
-                    f.last_timestamp_ms,
-                )
-            )
+            out["transactions"].append(_transaction_row(key, f))
         out["closed"].extend(self._closed(snapshot, cluster, key, stored))
         return out
 
@@ -132,7 +132,7 @@ class CycleRows:
         self,
         snapshot: ClusterSnapshot,
         cluster: str,
-        key: tuple[str, str, int],
+        key: _Key,
         stored: dict[Identity, Tracked],
     ) -> list[Row]:
         previous = self._open.get(cluster, {})
@@ -163,22 +163,51 @@ class CycleRows:
                 continue
             end, state = _end(snapshot, f)
             rows.append(
-                (
-                    *key,
-                    f.topic,
-                    f.partition,
-                    f.producer_id,
-                    f.producer_epoch,
-                    f.start_offset,
-                    f.transactional_id,
-                    f.txn_class.value,
-                    tracked.seen_ms,
-                    end,
-                    state,
+                ClosedRow(
+                    **key,
+                    topic=f.topic,
+                    partition=f.partition,
+                    producer_id=f.producer_id,
+                    producer_epoch=f.producer_epoch,
+                    start_offset=f.start_offset,
+                    transactional_id=f.transactional_id,
+                    last_class=f.txn_class.value,
+                    last_seen_ms=tracked.seen_ms,
+                    end=end,
+                    coordinator_state=state,
                 )
             )
         self._open[cluster] = {**still, **stored}
         return rows
+
+
+def _transaction_row(key: _Key, f: Finding) -> TransactionRow:
+    if f.hanging_reason:
+        reason: str | None = f.hanging_reason.value
+    else:
+        reason = f.unknown_reason.value if f.unknown_reason else None
+    return TransactionRow(
+        **key,
+        topic=f.topic,
+        partition=f.partition,
+        broker_id=f.broker_id,
+        producer_id=f.producer_id,
+        producer_epoch=f.producer_epoch,
+        coordinator_epoch=f.coordinator_epoch,
+        start_offset=f.start_offset,
+        transactional_id=f.transactional_id,
+        application=f.application,
+        txn_class=f.txn_class.value,
+        late=f.late,
+        reason=reason,
+        start_time_ms=f.start_time_ms,
+        start_time_source=f.start_time_source.value,
+        duration_ms=f.duration_ms,
+        coordinator_id=f.coordinator_id,
+        coordinator_state=f.coordinator_state,
+        transaction_timeout_ms=f.transaction_timeout_ms,
+        last_timestamp_ms=f.last_timestamp_ms,
+    )
 
 
 def _end(snapshot: ClusterSnapshot, f: Finding) -> tuple[str, str | None]:

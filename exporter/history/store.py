@@ -21,9 +21,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from exporter.columns import arrow_of
 from exporter.config.history import HistoryConfig
-from exporter.history.rows import Row
-from exporter.history.schema import ACTIONS, BY_NAME, PARTITION_COLUMNS, Dataset, spark_schema
+from exporter.history.schema import ACTIONS, BY_NAME, PARTITION_COLUMNS, Dataset, Row
 
 log = logging.getLogger(__name__)
 HOUR_MS = 3_600_000
@@ -31,11 +31,11 @@ STAGING = "_staging"
 
 
 def arrow_rows(dataset: Dataset, rows: Sequence[Row]) -> pa.Table:
-    schema = dataset.arrow_schema()
-    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
-    return pa.Table.from_arrays(
-        [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)], schema=schema
-    )
+    """The dataset's rows (records of ``dataset.record``) as an Arrow table of its schema."""
+    wrong = {type(r).__name__ for r in rows if type(r) is not dataset.record}
+    if wrong:
+        raise TypeError(f"{dataset.name}: rows must be {dataset.record.__name__}, not {sorted(wrong)}")
+    return arrow_of(dataset.record, rows)
 
 
 class HistoryStore:
@@ -58,7 +58,7 @@ class HistoryStore:
         if not rows:
             return
         dataset = BY_NAME[name]
-        frame = self.spark.createDataFrame(arrow_rows(dataset, rows), spark_schema(dataset))
+        frame = self.spark.createDataFrame(arrow_rows(dataset, rows), dataset.spark_schema())
         (
             frame.coalesce(1)
             .write.mode("append")
@@ -85,7 +85,7 @@ class HistoryStore:
             .partitionBy(*PARTITION_COLUMNS)
             .parquet(staging)
         )
-        staged = self.spark.read.schema(dataset.spark_ddl()).parquet(staging)
+        staged = self.spark.read.schema(dataset.spark_schema()).parquet(staging)
         (
             staged.repartitionByRange(hours, bucket)
             .write.mode("overwrite")
@@ -116,7 +116,7 @@ class HistoryStore:
     def read(self, name: str) -> Any:
         """One dataset as a DataFrame (empty when nothing was ever written)."""
         dataset = BY_NAME[name]
-        reader = self.spark.read.schema(dataset.spark_ddl()).option("basePath", self.dataset_path(name))
+        reader = self.spark.read.schema(dataset.spark_schema()).option("basePath", self.dataset_path(name))
         where = self.dataset_path(name)
         if self.skip_corrupt:
             # Only the partitions' own directories: a stray file higher up would make
@@ -127,7 +127,7 @@ class HistoryStore:
             return reader.parquet(where)
         except Exception as e:  # AnalysisException PATH_NOT_FOUND: an empty dataset
             if "PATH_NOT_FOUND" in str(e) or "does not exist" in str(e):
-                return self.spark.createDataFrame([], spark_schema(dataset))
+                return self.spark.createDataFrame([], dataset.spark_schema())
             raise
 
     def is_history(self) -> str | None:

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from exporter.config.history import HistoryConfig
-from exporter.history.rows import CycleRows, Row, Rows, utc_date
-from exporter.history.schema import ACTIONS, CLUSTER_COLUMN, DATASETS, DATE_COLUMN
+from exporter.history.rows import CycleRows, Rows, utc_date
+from exporter.history.schema import ACTIONS, DATASETS, Row
 from exporter.history.store import COMPACTED, HistoryStore
 from exporter.model import ClusterSnapshot, CycleResult
 
@@ -215,7 +215,7 @@ class HistoryWriter:
                     self.rows_written += len(rows)
                     for b in batches:  # written: never again, even if a later dataset fails
                         b.rows.pop(dataset.name, None)
-                    self._touched.update((str(r[CLUSTER_COLUMN]), str(r[DATE_COLUMN])) for r in rows)
+                    self._touched.update((r.cluster, r.date) for r in rows)
         except Exception as e:
             self.writes_failed += 1
             self._write_failed(e, len(batches))

@@ -3,15 +3,29 @@ and how they ended, and the audit record."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import pytest
 
 from exporter.config.history import DAY_MS, HistoryConfig, parse_history_section
 from exporter.history.audit import action_row, audit_entry, history_of
-from exporter.history.rows import CycleRows
-from exporter.history.schema import ACTIONS, BY_NAME, CLOSED, DATASETS
+from exporter.history.rows import CycleRows, Rows
+from exporter.history.schema import (
+    ACTIONS,
+    BY_NAME,
+    CLOSED,
+    DATASETS,
+    TRANSACTIONS,
+    ClosedRow,
+    CycleRow,
+    ErrorRow,
+    LsoLagRow,
+    Partitioned,
+    TransactionRow,
+)
+from exporter.history.store import arrow_rows
 from exporter.model import REREAD_MESSAGE, CollectionError, ListedTransaction, TxnClass
 from tests.unit.history_fixtures import HANGING, LATE, T0, Cycle, make, scenario
 
@@ -70,37 +84,68 @@ def test_url_paths_are_remote_and_redacted_in_logs() -> None:
 # --- rows -------------------------------------------------------------------------------------
 
 
-def _all_rows() -> list[dict[str, list[tuple[object, ...]]]]:
+def _all_rows() -> list[Rows]:
     rows = CycleRows()
     return [rows.rows(*make(c)) for c in scenario()]
+
+
+R = TypeVar("R", bound=Partitioned)
+
+
+def rows_of(rows: Rows, record: type[R]) -> list[R]:
+    """The rows of the dataset whose record is ``record``, typed as such."""
+    (dataset,) = [d for d in DATASETS if d.record is record]
+    found = rows.get(dataset.name, [])
+    assert all(type(r) is record for r in found)
+    return cast("list[R]", found)
+
+
+def closed(rows: Rows) -> list[ClosedRow]:
+    return rows_of(rows, ClosedRow)
 
 
 def test_rows_match_their_dataset_schema() -> None:
     for cycle_rows in _all_rows():
         for name, rows in cycle_rows.items():
             for row in rows:
-                assert len(row) == len(BY_NAME[name].columns), name
+                assert type(row) is BY_NAME[name].record, name
+
+
+def test_rows_go_to_arrow_by_column_name_and_a_row_of_another_dataset_is_refused() -> None:
+    first = _all_rows()[0]
+    table = arrow_rows(TRANSACTIONS, first["transactions"])
+    assert table.schema == TRANSACTIONS.arrow_schema()
+    assert table.to_pylist() == [dataclasses.asdict(r) for r in first["transactions"]]
+    with pytest.raises(TypeError, match=r"closed: rows must be ClosedRow, not \['CycleRow'\]"):
+        arrow_rows(CLOSED, first["cycles"])
 
 
 def test_ongoing_transactions_and_zero_lag_partitions_are_not_stored() -> None:
     first = _all_rows()[0]
-    stored = {(r[3], r[4]) for r in first["transactions"]}
+    stored = {(r.topic, r.partition) for r in rows_of(first, TransactionRow)}
     assert stored == {("orders", 1), ("payments", 0)}
-    assert {(r[3], r[4]) for r in first["lso_lag"]} == {("orders", 1), ("payments", 0)}
-    cycle = first["cycles"][0]
-    assert cycle[:5] == ("prod", "2026-11-18", T0, T0 - 500, "complete")
-    assert dict(zip(BY_NAME["cycles"].names, cycle, strict=True))["open_ongoing"] == 1
+    assert {(r.topic, r.partition) for r in rows_of(first, LsoLagRow)} == {("orders", 1), ("payments", 0)}
+    (cycle,) = rows_of(first, CycleRow)
+    assert (cycle.cluster, cycle.date, cycle.cycle_ms, cycle.snapshot_ms, cycle.outcome) == (
+        "prod",
+        "2026-11-18",
+        T0,
+        T0 - 500,
+        "complete",
+    )
+    assert cycle.open_ongoing == 1
 
 
 def test_a_partial_cycle_keeps_its_errors() -> None:
     third = _all_rows()[2]
-    assert third["cycles"][0][4] == "partial"
-    assert [r[3:6] for r in third["errors"]] == [("ListOffsets", "TIMEOUT", 2)]
+    assert [r.outcome for r in rows_of(third, CycleRow)] == ["partial"]
+    assert [(r.api, r.error, r.broker_id) for r in rows_of(third, ErrorRow)] == [
+        ("ListOffsets", "TIMEOUT", 2)
+    ]
 
 
 def test_closed_transactions_are_reported_once_with_how_they_ended() -> None:
-    closed = [r for rows in _all_rows() for r in rows["closed"]]
-    named = [dict(zip(CLOSED.names, r, strict=True)) for r in closed]
+    named = [dataclasses.asdict(r) for rows in _all_rows() for r in closed(rows)]
     assert [(n["topic"], n["end"], n["last_class"], n["coordinator_state"]) for n in named] == [
         ("payments", "committed", "late", "CompleteCommit"),
         ("orders", "no_coordinator", "hanging", None),
@@ -114,7 +159,7 @@ def test_a_transaction_on_an_unread_partition_is_not_called_closed() -> None:
     lost = Cycle(T0 + 30_000, [], errors=[CollectionError("DescribeProducers", "TIMEOUT", 1)])
     assert rows.rows(*make(lost))["closed"] == []
     assert rows.tracked == 1
-    assert [r[-2] for r in rows.rows(*make(Cycle(T0 + 60_000, [])))["closed"]] == ["no_coordinator"]
+    assert [r.end for r in closed(rows.rows(*make(Cycle(T0 + 60_000, []))))] == ["no_coordinator"]
 
 
 def test_a_transaction_on_a_topic_left_out_of_the_metadata_is_not_called_closed() -> None:
@@ -131,9 +176,7 @@ def test_a_failed_re_read_does_not_hide_a_close_the_first_read_saw() -> None:
     rows.rows(*make(Cycle(T0, [HANGING, LATE])))
     reread = CollectionError("DescribeProducers", "REQUEST_TIMED_OUT", 1, message=REREAD_MESSAGE)
     later = rows.rows(*make(Cycle(T0 + 30_000, [LATE], errors=[reread])))
-    assert [(r[CLOSED.names.index("topic")], r[-2]) for r in later["closed"]] == [
-        (HANGING.topic, "no_coordinator")
-    ]
+    assert [(r.topic, r.end) for r in closed(later)] == [(HANGING.topic, "no_coordinator")]
 
 
 @pytest.mark.parametrize(
@@ -151,14 +194,16 @@ def test_the_end_of_a_late_transaction_follows_its_coordinator(
     rows = CycleRows()
     rows.rows(*make(Cycle(T0, [LATE])))
     listed = [ListedTransaction(1, "payments-app", producer_id, state)]
-    closed = rows.rows(*make(Cycle(T0 + 30_000, [], listed=listed)))["closed"]
-    assert [r[-2] for r in closed] == [end]
+    ended = closed(rows.rows(*make(Cycle(T0 + 30_000, [], listed=listed))))
+    assert [r.end for r in ended] == [end]
 
 
 def test_a_late_transaction_whose_coordinator_is_silent_ended_unknown() -> None:
     rows = CycleRows()
     rows.rows(*make(Cycle(T0, [LATE])))
-    assert [r[-2:] for r in rows.rows(*make(Cycle(T0 + 30_000, [])))["closed"]] == [("unknown", None)]
+    assert [(r.end, r.coordinator_state) for r in closed(rows.rows(*make(Cycle(T0 + 30_000, []))))] == [
+        ("unknown", None)
+    ]
 
 
 def test_a_transaction_turning_ongoing_is_watched_not_closed() -> None:
@@ -215,7 +260,8 @@ def test_an_abort_is_audited_with_who_what_and_the_lso_before_and_after() -> Non
     assert entry["evidence"]["reason"] == "coordinator_not_open"
     assert "pw" not in json.dumps(entry)
     row = action_row(entry)
-    assert len(row) == len(ACTIONS.columns) and row[:4] == ("prod", "2026-11-18", T0, "abort")
+    assert type(row) is ACTIONS.record
+    assert (row.cluster, row.date, row.at_ms, row.action) == ("prod", "2026-11-18", T0, "abort")
 
 
 def test_a_dry_run_is_audited_as_writing_nothing() -> None:

@@ -17,7 +17,7 @@ from exporter.history.cli import window_ms
 from exporter.history.render import to_html, to_json, to_text
 from exporter.history.report import build_report
 from exporter.history.rows import CycleRows
-from exporter.history.schema import DATASETS
+from exporter.history.schema import DATASETS, Row
 from exporter.history.store import HistoryStore
 from exporter.history.writer import HistoryWriter
 from tests.unit.history_fixtures import INTERVAL, T0, make, scenario
@@ -39,7 +39,7 @@ def write_scenario(
     sighting of the hanging transaction and its closing."""
     store = HistoryStore(spark, HistoryConfig(path=str(root)))
     rows = CycleRows()
-    batch: dict[str, list[tuple[object, ...]]] = {}
+    batch: dict[str, list[Row]] = {}
     for c in scenario():
         c.at_ms += shift_ms
         c.cluster = cluster

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from exporter.config.history import HistoryConfig
-from exporter.history.rows import Row
+from exporter.history.schema import CycleRow, Row
 from exporter.history.store import HistoryStore
 from exporter.history.writer import HistoryWriter
 from tests.unit.history_fixtures import make as make_cycle
@@ -90,7 +90,8 @@ def test_the_buffer_is_bounded_and_drops_the_oldest_cycles_visibly(caplog: pytes
     assert w.cycles_dropped == 5
     assert "history buffer full" in caplog.text
     assert w.flush_once()
-    assert sorted(int(str(r[2])) for r in stores[0].data["cycles"]) == sorted(
+    written = stores[0].data["cycles"]
+    assert sorted(r.cycle_ms for r in written if isinstance(r, CycleRow)) == sorted(
         c.at_ms for c in scenario()[-3:]
     )
 
