@@ -44,8 +44,8 @@ from exporter.config.keys import (
     text_problem,
     type_name,
 )
+from exporter.config.remediation import RemediationConfig, parse_remediation
 from exporter.model import PipelineSettings
-from exporter.remediation.config import RemediationConfig, parse_remediation
 
 DEFAULT_LISTEN_ADDRESS = ":9851"
 DEFAULT_CLUSTER_LABEL = "kafka_cluster"

@@ -17,10 +17,10 @@ from prometheus_client import CollectorRegistry, Counter
 from pyspark.sql import SparkSession
 
 from exporter.config import Config, parse_config
+from exporter.config.remediation import RemediationConfig
 from exporter.daemon import Daemon, PipelineRunner
 from exporter.kafka.admin import ClusterAdmin
 from exporter.model import ClusterSnapshot
-from exporter.remediation.config import RemediationConfig
 from exporter.remediation.engine import Remediation
 from testbed.broker import KafkaCluster
 from testbed.rawclient import RawClient

@@ -10,6 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from exporter.config import ClusterConfig, ConfigError, parse_config
+from exporter.config.remediation import RemediationConfig, parse_remediation
 from exporter.model import (
     ClusterSnapshot,
     CycleResult,
@@ -18,7 +19,6 @@ from exporter.model import (
     StartTimeSource,
     TxnClass,
 )
-from exporter.remediation.config import RemediationConfig, parse_remediation
 from exporter.remediation.engine import Remediation
 
 MINUTE = 60_000
