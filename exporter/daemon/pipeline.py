@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 PING_TIMEOUT_S = 5.0
 #: How long :meth:`PipelineRunner.stop` waits for Spark to stop cleanly before killing it.
 STOP_GRACE_S = 5.0
+#: How long :meth:`PipelineRunner.stop` waits to kill a JVM that is still being launched.
+START_KILL_WAIT_S = 1.0
 #: The default per-call deadline: this many intervals, at least MIN_DEFAULT_TIMEOUT_S. The
 #: deadline detects a hung session; it must not cut runs that are merely slower than the
 #: interval (a loaded node): those would then never complete (the cycle deadline is separate).
@@ -529,7 +531,11 @@ class PipelineRunner:
         if spark is not None and self._owns_session:
             self._teardown(spark, pid, graceful=True)
         elif starting and self._owns_session and self._spark_config.connect_url is None:
-            # A JVM still starting: kill it so that the process can exit now.
+            # A JVM still starting: kill it so that the process can exit now. Bounded: while
+            # PySpark launches the JVM it holds the lock kill_local needs (for as long as the
+            # launch takes, tens of seconds on a loaded node). A JVM left starting is torn
+            # down by the start thread once launched (it sees the stop), or ends with this
+            # process (PySpark's gateway exits when its stdin, our pipe, closes).
             from exporter.pipeline.session import kill_local
 
-            kill_local(None)
+            _bounded(lambda: kill_local(None), START_KILL_WAIT_S, "spark-kill")

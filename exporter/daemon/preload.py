@@ -105,9 +105,24 @@ def import_before_threads(config: Config) -> None:
     starts. A module that cannot be imported is left to the thread that needs it, which
     reports the failure where it is handled (a Spark start that fails, a failed cycle)."""
     started = time.monotonic()
-    for name in modules_for(config):
+    import_names(modules_for(config))
+    log.debug("modules imported before the threads start in %.1f s", time.monotonic() - started)
+
+
+def import_names(names: tuple[str, ...], *, strict: bool = False) -> None:
+    """Import ``names``; ``strict``: raise when one cannot be (the thin image's build checks
+    that its daemon's modules are all there)."""
+    for name in names:
         try:
             importlib.import_module(name)
         except Exception as e:  # the thread that needs it reports it in context
+            if strict:
+                raise
             log.debug("not imported before start: %s (%s: %s)", name, type(e).__name__, e)
-    log.debug("modules imported before the threads start in %.1f s", time.monotonic() - started)
+
+
+if __name__ == "__main__":
+    # The thin image's build (Dockerfile): every module its daemon imports, imported once so
+    # that their bytecode is written, and checked to be there. A module, not ``python -c``:
+    # PySpark's Connect client takes a ``__main__`` without a file for its doctests.
+    import_names(COMMON + CONNECT + HISTORY, strict=True)
