@@ -377,7 +377,8 @@ def build_command(target: str, base: str, tag: str) -> list[str]:
     isolation (no namespaces or cgroups needed; the build's steps run as root on the host's
     network), pip's and apt's caches mounted."""
     pip_cache = pip_cache_dir()
-    apt_cache = CACHE / "apt"
+    # One per target: apt locks its package cache, and the two targets may build at once.
+    apt_cache = CACHE / "apt" / target
     for directory in (pip_cache, apt_cache):
         directory.mkdir(parents=True, exist_ok=True)
     return [
