@@ -26,6 +26,10 @@ CYCLE_RESULTS = ("complete", "partial", "failed")
 CYCLE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
+#: Every (action, result) of the remediation counter, pre-created at zero per cluster.
+REMEDIATION_LABELS = tuple(("abort", r) for r in ("aborted", "dry_run", "refused", "failed"))
+
+
 class ExporterMetrics:
     """The exporter's own counters and histograms, updated by the cycle jobs."""
 
@@ -60,6 +64,15 @@ class ExporterMetrics:
             [cluster_label],
             registry=registry,
         )
+        self.remediations = Counter(
+            f"{PREFIX}_remediations",
+            "Actions of the daemon's auto-remediation (config remediation:) by action (abort: "
+            "WriteTxnMarkers) and result: aborted, dry_run (reported, nothing written), "
+            "refused (the re-validation right before the write found it owned, changed or not "
+            "provably hanging) or failed (a Kafka error).",
+            [cluster_label, "action", "result"],
+            registry=registry,
+        )
         self.add_clusters(clusters)
         build = Gauge(
             f"{PREFIX}_exporter_build_info", "Version of kafka-txn-exporter.", ["version"], registry=registry
@@ -73,6 +86,8 @@ class ExporterMetrics:
             self.cycles_skipped.labels(cluster)
             for result in CYCLE_RESULTS:
                 self.cycles.labels(cluster, result)
+            for action, result in REMEDIATION_LABELS:
+                self.remediations.labels(cluster, action, result)
 
 
 class TransactionHealthCollector(Collector):
@@ -291,6 +306,14 @@ class TransactionHealthCollector(Collector):
             "against the coordinators).",
             labels=[self._label, "class"],
         )
+        by_application = GaugeMetricFamily(
+            f"{PREFIX}_open_transactions_by_application",
+            "Open partition-level transactions by application (attributed from the "
+            "transactional id by the attribution rules; unknown when no rule matches) and class "
+            "(DescribeProducers, classified against the coordinators). With or without "
+            "consumer groups.",
+            labels=[self._label, "application", "class"],
+        )
         aborts = CounterMetricFamily(
             f"{PREFIX}_coordinator_timeout_aborts",
             "Transactions the coordinator aborted on timeout (KIP-588), counted since the "
@@ -323,7 +346,9 @@ class TransactionHealthCollector(Collector):
             counts_by_class = dict(r.open_transactions_by_class)
             for txn_class in TxnClass:
                 by_class.add_metric([s.cluster, txn_class.value], counts_by_class.get(txn_class, 0))
-        yield from (open_time, two_pc, prepare_time, by_state, by_class, unknown, aborts)
+            for a in r.open_transactions_by_application:
+                by_application.add_metric([s.cluster, a.application, a.txn_class.value], a.count)
+        yield from (open_time, two_pc, prepare_time, by_state, by_class, by_application, unknown, aborts)
 
     def _finding_families(self, states: list[ClusterState]) -> Iterator[Metric]:
         hanging = GaugeMetricFamily(
