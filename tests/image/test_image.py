@@ -82,6 +82,7 @@ def say(request: pytest.FixtureRequest) -> Say:
             print(f"[image] {line}")
             return
         with capture.global_and_fixture_disabled():  # past pytest's capture of fd 1
+            reporter.ensure_newline()
             reporter.write_line(f"[image] {line}")
             reporter.flush()
 
