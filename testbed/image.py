@@ -283,6 +283,9 @@ def make_base(log: Log, *, recipe: BaseRecipe | None = None, timeout_s: float = 
     with _locked("base"):
         if not tarball.exists():
             _make_root_tarball(recipe, tarball, log, timeout_s)
+            for stale in CACHE.glob("base-*.tar"):  # bases of other recipes: not used again
+                if stale != tarball:
+                    stale.unlink()
         else:
             log(f"base root file system: cached {tarball}")
         run(
@@ -430,6 +433,17 @@ def build_key(target: str, base: str) -> str:
     return digest.hexdigest()[:16]
 
 
+def image_id(tag: str) -> str | None:
+    done = subprocess.run(
+        ["podman", "image", "inspect", "--format", "{{.Id}}", tag],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
 def image_label(tag: str, label: str) -> str | None:
     done = subprocess.run(
         ["podman", "image", "inspect", "--format", f'{{{{index .Labels "{label}"}}}}', tag],
@@ -452,8 +466,12 @@ def build(target: str, base: str, log: Log, *, timeout_s: float = 2400) -> Built
         return Built(target, tag, 0.0, image_size(tag), reused=True)
     command = build_command(target, base, tag)
     command[-1:-1] = ["--label", f"{BUILD_KEY_LABEL}={key}"]
+    replaced = image_id(tag)
     started = time.monotonic()
     run(command, log, timeout_s=timeout_s, show=_build_step)
+    if replaced is not None and replaced != image_id(tag):
+        # The image this build replaced, untagged now: gigabytes a run on a CI machine.
+        subprocess.run(["podman", "rmi", replaced], capture_output=True, check=False, timeout=300)
     built = Built(target, tag, time.monotonic() - started, image_size(tag))
     log(f"built {tag} ({target}) in {built.seconds:.0f} s: {built.size_bytes / 1e6:.0f} MB")
     return built
