@@ -283,3 +283,75 @@ def fetch(version: str | None = None, *, cache: Path | None = None) -> KafkaDist
             if not verify(home, version, tools_version):
                 raise FetchError(f"Kafka {version} under {home} fails verification after download")
     return KafkaDistribution(version=version, tools_version=tools_version, home=home)
+
+
+# -- client jars: Kafka's Java clients and Kafka Streams -----------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JarSet:
+    """A fetched and verified set of jars (an artifact and its runtime dependencies)."""
+
+    name: str
+    home: Path
+
+    @property
+    def lib(self) -> Path:
+        return self.home / "lib"
+
+    @property
+    def classpath(self) -> str:
+        return _classpath(self.lib)
+
+
+def client_artifacts(version: str = DEFAULT_KAFKA_VERSION) -> list[Artifact]:
+    """Kafka Streams (which brings ``kafka-clients``: KafkaConsumer, KafkaProducer) of one
+    release; no logging binding (slf4j falls back to no logs; the programs print their own)."""
+    return [Artifact("org.apache.kafka", "kafka-streams", version)]
+
+
+def _jar_manifest(home: Path) -> dict[str, str]:
+    return {str(j.relative_to(home)): _sha256(j) for j in sorted(home.glob("lib/*.jar"))}
+
+
+def fetch_jars(name: str, artifacts: list[Artifact], *, cache: Path | None = None) -> JarSet:
+    """The jars of ``artifacts`` (with their runtime dependencies) under
+    ``<cache>/<name>/lib``, downloaded with ``mvn`` when missing or changed (a manifest of
+    sha256 sums, as for the Kafka release)."""
+    root = cache or cache_root()
+    home = root / name
+    wanted = sorted(a.to_xml() for a in artifacts)
+    with _locked(root / f".{name}.lock"):
+        if not _jars_verified(home, wanted):
+            log.info("fetching %s into %s", name, home)
+            staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
+            try:
+                pom = staging / "pom.xml"
+                pom.write_text(render_pom(name, artifacts))
+                _run_mvn(pom, staging / "lib")
+                manifest = {"artifacts": wanted, "files": _jar_manifest(staging)}
+                (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+                if home.exists():
+                    shutil.rmtree(home)
+                staging.rename(home)
+            finally:
+                if staging.exists():
+                    shutil.rmtree(staging)
+            if not _jars_verified(home, wanted):
+                raise FetchError(f"{name} under {home} fails verification after download")
+    return JarSet(name, home)
+
+
+def _jars_verified(home: Path, wanted: list[str]) -> bool:
+    try:
+        data = json.loads((home / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return (
+        bool(data.get("files")) and data.get("artifacts") == wanted and _jar_manifest(home) == data["files"]
+    )
+
+
+def fetch_clients(version: str = DEFAULT_KAFKA_VERSION, *, cache: Path | None = None) -> JarSet:
+    """Kafka's Java clients and Kafka Streams of ``version`` (testbed/jvmclients.py)."""
+    return fetch_jars(f"kafka-clients-{version}", client_artifacts(version), cache=cache)
