@@ -225,8 +225,8 @@ def test_consumers_committing_their_last_record_plus_one_are_blocked_behind_a_ha
     # found blocked within blocked_after_cycles, named with the hanging transaction
     assert all(found[i][g] == [] for i in range(BLOCKED_AFTER - 1) for g in everyone), found
     for group in blocked_groups:
-        for view in found[BLOCKED_AFTER - 1 :]:
-            [finding] = view[group]
+        for shown in found[BLOCKED_AFTER - 1 :]:
+            [finding] = shown[group]
             assert (finding["topic"], finding["partition"]) == (topic, "0")
             assert finding["transactional_id"] == stuck.transactional_id
             assert finding["start_offset"] == str(stuck.start_offset)
@@ -234,5 +234,5 @@ def test_consumers_committing_their_last_record_plus_one_are_blocked_behind_a_ha
         assert lags[group] == (0, hwm - lso, 0)
     # caught up on a healthy transactional partition: exact consumable lag 0, never blocked
     for group in healthy_groups:
-        assert all(view[group] == [] for view in found)
+        assert all(shown[group] == [] for shown in found)
         assert lags[group] == (0, 0, 0)
