@@ -29,7 +29,7 @@ public final class EosPassThrough {
         config.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.ByteArraySerde.class);
         // Longer than the commit interval, or the coordinator aborts the open transaction.
         config.put(StreamsConfig.producerPrefix(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG),
-                   Long.parseLong(args[5]) + 60_000L);
+                   Integer.parseInt(args[5]) + 60_000);
 
         StreamsBuilder builder = new StreamsBuilder();
         builder.<byte[], byte[]>stream(args[2]).to(args[3]);
