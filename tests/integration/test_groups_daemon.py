@@ -29,7 +29,12 @@ from exporter.config import parse_config
 from exporter.daemon import Daemon, PipelineRunner
 from testbed.broker import KafkaCluster
 from testbed.jvmclients import JavaClients, commit_last_plus_one, prepare
-from testbed.scenarios import create_hanging_transaction, produce_plain, run_transaction
+from testbed.scenarios import (
+    commit_last_plus_one_confluent,
+    create_hanging_transaction,
+    produce_plain,
+    run_transaction,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -155,31 +160,6 @@ def java_clients() -> JavaClients:
     return prepare()
 
 
-def commit_last_plus_one_confluent(
-    kafka: KafkaCluster, group: str, topic: str, partition: int, expect: int
-) -> int:
-    """A read_committed confluent-kafka consumer of one partition reads ``expect`` records and
-    commits the last one's offset + 1, explicitly (not its position)."""
-    consumer = Consumer({
-        "bootstrap.servers": kafka.bootstrap_servers, "group.id": group,
-        "isolation.level": "read_committed", "enable.auto.commit": False, "auto.offset.reset": "earliest",
-    })  # fmt: skip
-    try:
-        consumer.assign([TopicPartition(topic, partition, 0)])  # a new group: from the start
-        got, last = 0, -1
-        for _ in range(120):
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                got, last = got + 1, message.offset()
-            if got >= expect:
-                break
-        assert got == expect, f"{group} read {got} records, expected {expect}"
-        consumer.commit(offsets=[TopicPartition(topic, partition, last + 1)], asynchronous=False)
-        return last + 1
-    finally:
-        consumer.close()
-
-
 def lag_bounds(registry: CollectorRegistry, group: str) -> float | None:
     found = samples(registry, "kafka_txn_consumer_group_lag_consumable_upper_bound_partitions", group=group)
     return sum(v for _, v in found) if found else None
@@ -212,7 +192,9 @@ def test_consumers_committing_their_last_record_plus_one_are_blocked_behind_a_ha
                     java_clients, kafka.bootstrap_servers, group, topic, partition, 3
                 )
             else:
-                committed[group] = commit_last_plus_one_confluent(kafka, group, topic, partition, 3)
+                committed[group] = commit_last_plus_one_confluent(
+                    kafka.bootstrap_servers, group, topic, partition, 3
+                )
     assert set(committed.values()) == {3}  # the commit marker's offset, below the LSO
 
     everyone = [*blocked_groups, *healthy_groups]
