@@ -121,6 +121,8 @@ def read_properties(path: str) -> dict[str, str]:
 
 def resolve_target(conn: Connection, env: Mapping[str, str] | None = None) -> Target:
     """The cluster the flags name. Raises UsageError (bad flags) or ConfigError (bad file)."""
+    if conn.bootstrap_server is not None and not conn.bootstrap_server.strip():
+        raise UsageError("--bootstrap-server: empty; give HOST:PORT[,HOST:PORT...]")
     if conn.config_file and conn.bootstrap_server:
         raise UsageError("--bootstrap-server and --config.file are mutually exclusive")
     if conn.config_file:
