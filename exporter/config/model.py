@@ -44,6 +44,7 @@ from exporter.groups_config import (
     parse_groups,
 )
 from exporter.model import PipelineSettings
+from exporter.remediation.config import RemediationConfig, parse_remediation
 
 if TYPE_CHECKING:
     from exporter.history.config import HistoryConfig
@@ -314,6 +315,8 @@ class ClusterConfig:
     kafka: Mapping[str, str] = field(default_factory=dict)
     #: The consumer-group family (docs/groups.md); off unless configured.
     groups: GroupsConfig = field(default_factory=GroupsConfig)
+    #: Guarded auto-remediation (docs/runbook.md); off unless configured.
+    remediation: RemediationConfig = field(default_factory=RemediationConfig)
 
     def redacted_kafka(self) -> dict[str, str]:
         return {k: ("<redacted>" if k in SECRET_PROPERTIES else v) for k, v in self.kafka.items()}
@@ -676,6 +679,7 @@ CLUSTER = Section(
         Key("kafka", "kafka", KafkaProperties()),
         Key("kafka_files", "kafka_files", KafkaProperties(from_files=True)),
         Key("groups", "groups", Parsed(parse_groups, frozenset({"object", "boolean"}))),
+        Key("remediation", "remediation", Parsed(parse_remediation, frozenset({"object"}))),
     ),
     check=_check_cluster,
 )

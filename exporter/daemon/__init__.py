@@ -80,6 +80,18 @@ class Daemon:
             self.history = HistoryWriter(config.history, self.pipeline.current_session)
             listeners = (*listeners, self.history)
             self.registry.register(HistoryMetrics(self.history))
+        #: Guarded auto-remediation (clusters' remediation:), one more cycle listener.
+        self.remediation: Any = None
+        if any(c.remediation.enabled for c in config.clusters):
+            from exporter.remediation.engine import Remediation
+
+            self.remediation = Remediation(
+                config.clusters,
+                counter=self.metrics.remediations,
+                state_dir=config.state_dir,
+                history=self.history,
+            )
+            listeners = (*listeners, self.remediation)
         self._listeners = tuple(listeners)
         self.jobs = [
             ClusterJob.build(c, self.pipeline, self.store, self.metrics, self._listeners)
@@ -187,6 +199,8 @@ class Daemon:
             self._server = None
         for job in self.jobs:
             job.close()
+        if self.remediation is not None:
+            self.remediation.close()
         if self.history is not None:
             self.history.close()  # flushes what the last cycles left, while Spark still runs
         self.pipeline.stop()  # waits for a pipeline run in flight, then stops Spark
@@ -281,6 +295,10 @@ class Daemon:
         self.registry.register(self._collector)
         self.pipeline.settings = config.pipeline
         self.store, self.config = store, config
+        if self.remediation is not None:
+            self.remediation.configure(config.clusters)
+        elif any(c.remediation.enabled for c in config.clusters):
+            log.warning("reload: remediation was off at start; restart the exporter to turn it on")
         self.jobs = [
             ClusterJob.build(c, self.pipeline, store, self.metrics, self._listeners) for c in config.clusters
         ]

@@ -30,7 +30,7 @@ from typing import Any
 
 from exporter.history.config import HistoryConfig
 from exporter.history.rows import CycleRows, Row, Rows, utc_date
-from exporter.history.schema import CLUSTER_COLUMN, DATASETS, DATE_COLUMN
+from exporter.history.schema import ACTIONS, CLUSTER_COLUMN, DATASETS, DATE_COLUMN
 from exporter.history.store import COMPACTED, HistoryStore
 from exporter.model import ClusterSnapshot, CycleResult
 
@@ -70,6 +70,9 @@ class HistoryWriter:
         self._stopping = False
         self._store: HistoryStore | None = None
         self._touched: set[tuple[str, str]] = set()
+        #: Audit rows of the daemon's own actions (auto-remediation), written with the next
+        #: batch; kept while writes fail, bounded like the cycles.
+        self._actions: list[Row] = []
         self._last_maintenance = clock()
         self._failing = False
         #: The cause last logged and when (rate limit of the failure line).
@@ -98,6 +101,18 @@ class HistoryWriter:
             self.cycles_received += 1
             self._queue.append((snapshot, result))
             self._enforce_bound()
+            self._cond.notify()
+
+    def record_action(self, entry: dict[str, Any]) -> None:
+        """One audit entry (:func:`exporter.history.audit.audit_entry`) for the ``actions``
+        dataset, written by the writer's thread (returns at once)."""
+        from exporter.history.audit import action_row
+
+        with self._cond:
+            if self._stopping:
+                return
+            self._actions.append(action_row(entry))
+            del self._actions[: -self.config.buffer_cycles * 10]
             self._cond.notify()
 
     @property
@@ -138,6 +153,8 @@ class HistoryWriter:
 
     def _ready(self) -> bool:
         """New cycles to write (a failed batch waits for the next one), or maintenance due."""
+        if self._actions and not self._failing:
+            return True
         if self._queue and len(self._queue) + len(self._pending) >= self.config.batch_cycles:
             return True
         return not self._failing and self._due()
@@ -167,7 +184,23 @@ class HistoryWriter:
             self._maintenance()
         return done
 
+    def _write_actions(self) -> None:
+        with self._cond:
+            rows, self._actions = self._actions, []
+        if not rows:
+            return
+        try:
+            self._get_store().append(ACTIONS.name, rows)
+            self.rows_written += len(rows)
+        except Exception as e:
+            with self._cond:
+                self._actions[:0] = rows
+            log.warning(
+                "history: %d audit row(s) not written yet: %s", len(rows), failure_cause(e, self.config)
+            )
+
     def _write_pending(self) -> bool:
+        self._write_actions()
         with self._cond:
             batches = list(self._pending)
         if not batches:
