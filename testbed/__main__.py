@@ -15,7 +15,7 @@ import time
 from types import FrameType
 
 from testbed.broker import KafkaCluster
-from testbed.maven import FetchError, fetch, fetch_clients, selected_version
+from testbed.maven import FetchError, fetch, selected_version
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,6 @@ def cmd_fetch(version: str | None) -> int:
     started = time.monotonic()
     try:
         dist = fetch(version)
-        clients = fetch_clients()
     except FetchError as exc:
         print(f"fetch failed: {exc}", file=sys.stderr)
         return 1
@@ -48,7 +47,6 @@ def cmd_fetch(version: str | None) -> int:
     print(f"Kafka {dist.version} (tools {dist.tools_version}) ready in {elapsed:.1f} s")
     print(f"  broker jars: {dist.broker_lib}")
     print(f"  tools jars:  {dist.tools_lib}")
-    print(f"  Java clients and Kafka Streams jars: {clients.lib}")
     return 0
 
 

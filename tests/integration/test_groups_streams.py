@@ -1,6 +1,6 @@
 """Attribution without consumer groups (issue 41): a running Kafka Streams exactly-once (v2)
-application, from Maven's kafka-streams jars, has its open transactions counted under its
-``application.id`` by a daemon whose groups family is off."""
+application (testbed.streams: Maven's kafka-streams jars) has its open transaction counted
+under its ``application.id`` by a daemon whose groups family is off."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from pyspark.sql import SparkSession
 from exporter.config import parse_config
 from exporter.daemon import Daemon, PipelineRunner
 from testbed.broker import KafkaCluster
-from testbed.jvmclients import StreamsApp, prepare
 from testbed.scenarios import produce_plain
+from testbed.streams import StreamsEosApp
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -59,8 +59,8 @@ def test_a_kafka_streams_applications_open_transactions_are_counted_under_its_ap
     source, sink = topics
     application_id = f"kte-orders-enricher-{uuid.uuid4().hex[:6]}"
     produce_plain(kafka.bootstrap_servers, source, partition=0, records=5)
-    with StreamsApp(prepare(), kafka.bootstrap_servers, application_id, source, sink) as app:
-        app.wait_running()
+    with StreamsEosApp(kafka.bootstrap_servers, application_id, source=source, sink=sink) as app:
+        app.wait_processed(5)
         by_application: list[tuple[dict[str, str], float]] = []
         for _ in range(MAX_CYCLES):
             daemon.jobs[0].run_cycle()
@@ -68,7 +68,7 @@ def test_a_kafka_streams_applications_open_transactions_are_counted_under_its_ap
             if by_application:
                 break
         result = daemon.store.get("streams").result
-        log_tail = app.tail()
+        log_tail = "\n".join(app.output[-30:])
     assert by_application, f"no open transaction of {application_id} seen\n{log_tail}"
     assert [(labels["application"], labels["class"], value) for labels, value in by_application] == [
         (application_id, "ongoing", 1.0)
