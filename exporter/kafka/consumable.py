@@ -147,6 +147,48 @@ def collect_consumable_checks(
     return result
 
 
+def _take(
+    batch: list[_Reading],
+    leader: int,
+    response: Any,
+    errors: list[CollectionError],
+    failed: set[tuple[str, int]],
+    partition_max_bytes: int,
+) -> int:
+    """One Fetch response's records taken into its partitions' readings (a failed request or
+    partition noted in ``errors`` and ``failed``); returns the bytes it carried."""
+    if isinstance(response, BaseException):
+        errors.append(
+            CollectionError("Fetch", error_name(response), broker_id=leader, message=str(response)[:200])
+        )
+        failed.update((r.gap.topic, r.gap.partition) for r in batch)
+        return 0
+    taken = 0
+    by_key = {(r.gap.topic, r.gap.partition): r for r in batch}
+    for topic in response.responses:
+        for part in topic.partitions:
+            r = by_key.get((topic.topic, part.partition_index))
+            if r is None:
+                continue
+            if part.error_code != 0:
+                errors.append(
+                    CollectionError(
+                        "Fetch",
+                        error_name_for_code(part.error_code),
+                        broker_id=leader,
+                        topic=r.gap.topic,
+                        partition=r.gap.partition,
+                    )
+                )
+                failed.add((r.gap.topic, r.gap.partition))
+                continue
+            records = part.records or b""
+            taken += len(records)
+            aborted = [(a.producer_id, a.first_offset) for a in (part.aborted_transactions or ())]
+            _advance(r, records, aborted, partition_max_bytes)
+    return taken
+
+
 async def _read(
     client: ProtocolClient,
     gaps: list[Gap],
@@ -185,36 +227,7 @@ async def _read(
         requests = [(batch, batch[0].leader, _fetch_request(batch)) for batch in _requests(asked)]
         rounds += 1
         for batch, leader, response in await client.send_all(requests, wait_ms):
-            if isinstance(response, BaseException):
-                errors.append(
-                    CollectionError(
-                        "Fetch", error_name(response), broker_id=leader, message=str(response)[:200]
-                    )
-                )
-                failed.update((r.gap.topic, r.gap.partition) for r in batch)
-                continue
-            by_key = {(r.gap.topic, r.gap.partition): r for r in batch}
-            for topic in response.responses:
-                for part in topic.partitions:
-                    r = by_key.get((topic.topic, part.partition_index))
-                    if r is None:
-                        continue
-                    if part.error_code != 0:
-                        errors.append(
-                            CollectionError(
-                                "Fetch",
-                                error_name_for_code(part.error_code),
-                                broker_id=leader,
-                                topic=r.gap.topic,
-                                partition=r.gap.partition,
-                            )
-                        )
-                        failed.add((r.gap.topic, r.gap.partition))
-                        continue
-                    records = part.records or b""
-                    left -= len(records)
-                    aborted = [(a.producer_id, a.first_offset) for a in (part.aborted_transactions or ())]
-                    _advance(r, records, aborted, partition_max_bytes)
+            left -= _take(batch, leader, response, errors, failed, partition_max_bytes)
     rows: list[ConsumableCheck] = []
     for r in reading:
         if (r.gap.topic, r.gap.partition) not in failed:
