@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-PREFIX = "kafka_txn_exporter_history"
+from exporter.metrics import catalogue as c
 
 
 class WriterCounters(Protocol):
@@ -27,36 +27,15 @@ class WriterCounters(Protocol):
     def buffered_cycles(self) -> int: ...
 
 
-#: (name, kind, help, writer attribute): one row per family.
-FAMILIES: tuple[tuple[str, str, str, str], ...] = (
-    ("cycles_written", "counter", "Cycles whose facts were appended to the history.", "cycles_written"),
-    ("rows_written", "counter", "Rows appended to the history (all datasets).", "rows_written"),
-    (
-        "cycles_dropped",
-        "counter",
-        "Cycles dropped before they were written: the buffer (history.buffer_cycles) was full "
-        "because writes kept failing or could not keep up. Lost history.",
-        "cycles_dropped",
-    ),
-    (
-        "write_failures",
-        "counter",
-        "Failed history writes; their cycles stay buffered and are retried with the next batch.",
-        "writes_failed",
-    ),
-    (
-        "maintenance_failures",
-        "counter",
-        "Failed compactions or retention passes of the history.",
-        "maintenance_failed",
-    ),
-    ("buffered_cycles", "gauge", "Cycles waiting to be written.", "buffered_cycles"),
-    (
-        "last_write_duration_seconds",
-        "gauge",
-        "How long the last history write took (the writer thread, off the cycle's path).",
-        "last_write_seconds",
-    ),
+#: Each family (name, kind and help in the catalogue) and the writer's counter it shows.
+FAMILIES: tuple[tuple[str, str], ...] = (
+    (c.HISTORY_CYCLES_WRITTEN, "cycles_written"),
+    (c.HISTORY_ROWS_WRITTEN, "rows_written"),
+    (c.HISTORY_CYCLES_DROPPED, "cycles_dropped"),
+    (c.HISTORY_WRITE_FAILURES, "writes_failed"),
+    (c.HISTORY_MAINTENANCE_FAILURES, "maintenance_failed"),
+    (c.HISTORY_BUFFERED_CYCLES, "buffered_cycles"),
+    (c.HISTORY_LAST_WRITE_DURATION, "last_write_seconds"),
 )
 
 
@@ -65,6 +44,7 @@ class HistoryMetrics(Collector):
         self._writer = writer
 
     def collect(self) -> Iterator[Metric]:
-        for name, kind, help_text, attribute in FAMILIES:
-            family = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
-            yield family(f"{PREFIX}_{name}", help_text, value=float(getattr(self._writer, attribute)))
+        for name, attribute in FAMILIES:
+            metric = c.family(name).metric()
+            metric.add_metric([], float(getattr(self._writer, attribute)))
+            yield metric

@@ -1,8 +1,10 @@
-"""Every metric family the exporter serves, by name, with its labels: one place for the
-collector's consumers (the dashboards in ``dashboards/`` and the alert rules in ``alerts/``).
+"""Every metric family the exporter serves, declared once: name, kind, help and labels.
 
-Both generators import their metric names from here, never from each other, and
-``tests/unit/test_catalogue.py`` ties this list to a rendering of the collector.
+The renderers (``exporter/metrics/families/<family>.py``), the daemon's instruments
+(``collector.ExporterMetrics``), the history writer's metrics, the dashboards in
+``dashboards/`` and the alert rules in ``alerts/`` all take their names from here; no name
+is spelled anywhere else. ``tests/unit/test_catalogue.py`` ties this list to a rendering of the
+collector and ``tests/unit/test_metric_names.py`` to the generated rules and dashboards.
 
 ``labels`` never lists the Kafka cluster label: its name is configurable (top-level config
 key ``cluster_label``, default ``kafka_cluster``) and added by :meth:`Family.label_names`
@@ -15,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 #: The default name of the label that carries the Kafka cluster (``Config.cluster_label``).
 DEFAULT_CLUSTER_LABEL = "kafka_cluster"
@@ -29,16 +33,22 @@ Kind = Literal["gauge", "counter", "histogram"]
 
 @dataclass(frozen=True)
 class Family:
-    """One metric family: its name as Prometheus stores it (counters with ``_total``)."""
+    """One metric family: its name as Prometheus stores it (counters with ``_total``), its
+    kind, its help text and its labels in the order they are served (the cluster label
+    first, when ``per_cluster``)."""
 
     name: str
     kind: Kind
+    help: str
     labels: tuple[str, ...] = ()
     per_cluster: bool = True
 
+    def label_list(self, cluster_label: str = DEFAULT_CLUSTER_LABEL) -> list[str]:
+        """The label names in the order they are served."""
+        return [cluster_label, *self.labels] if self.per_cluster else list(self.labels)
+
     def label_names(self, cluster_label: str = DEFAULT_CLUSTER_LABEL) -> frozenset[str]:
-        extra = {cluster_label} if self.per_cluster else set()
-        return frozenset(self.labels) | extra
+        return frozenset(self.label_list(cluster_label))
 
     def series(self, cluster_label: str = DEFAULT_CLUSTER_LABEL) -> dict[str, frozenset[str]]:
         """Series name -> label names (a histogram gives ``_bucket``, ``_sum``, ``_count``)."""
@@ -51,17 +61,15 @@ class Family:
             }
         return {self.name: labels}
 
+    def metric(self, cluster_label: str = DEFAULT_CLUSTER_LABEL) -> GaugeMetricFamily | CounterMetricFamily:
+        """An empty metric family to add this scrape's samples to (a gauge or a counter)."""
+        labels = self.label_list(cluster_label)
+        if self.kind == "gauge":
+            return GaugeMetricFamily(self.name, self.help, labels=labels)
+        if self.kind == "counter":
+            return CounterMetricFamily(self.name, self.help, labels=labels)
+        raise ValueError(f"{self.name}: a {self.kind} is an instrument, not rendered at scrape time")
 
-_FINDING = (
-    "broker",
-    "topic",
-    "partition",
-    "producer_id",
-    "producer_epoch",
-    "start_offset",
-    "transactional_id",
-    "start_time_source",
-)
 
 # -- Kafka-derived ---------------------------------------------------------------------------
 PARTITION_MAX_ACTIVE_TRANSACTION_DURATION = "kafka_txn_partition_max_active_transaction_duration_seconds"
@@ -110,6 +118,15 @@ EXPORTER_BUILD_INFO = "kafka_txn_exporter_build_info"
 EXPORTER_TRANSACTIONAL_IDS_VISIBLE = "kafka_txn_exporter_transactional_ids_visible"
 REMEDIATIONS = "kafka_txn_remediations_total"
 
+# -- the history writer (process-level: one writer for every cluster) ------------------------
+HISTORY_CYCLES_WRITTEN = "kafka_txn_exporter_history_cycles_written_total"
+HISTORY_ROWS_WRITTEN = "kafka_txn_exporter_history_rows_written_total"
+HISTORY_CYCLES_DROPPED = "kafka_txn_exporter_history_cycles_dropped_total"
+HISTORY_WRITE_FAILURES = "kafka_txn_exporter_history_write_failures_total"
+HISTORY_MAINTENANCE_FAILURES = "kafka_txn_exporter_history_maintenance_failures_total"
+HISTORY_BUFFERED_CYCLES = "kafka_txn_exporter_history_buffered_cycles"
+HISTORY_LAST_WRITE_DURATION = "kafka_txn_exporter_history_last_write_duration_seconds"
+
 #: Series every Prometheus adds itself (the exporter-down alert reads ``up``); the alerts
 #: reference ``ALERTS`` nowhere, the dashboards' annotations do.
 PROMETHEUS_SERIES: dict[str, frozenset[str]] = {
@@ -117,35 +134,310 @@ PROMETHEUS_SERIES: dict[str, frozenset[str]] = {
     "ALERTS": frozenset({"alertname", "alertstate", "severity"}),
 }
 
+CONSUMABLE_HELP = (
+    "Records a read_committed consumer group can read now on the topic, summed over "
+    "partitions: counted in the batches between the committed offset and the last stable "
+    "offset (Fetch READ_COMMITTED; transaction markers and aborted records do not count), "
+    "else LSO - committed (OffsetFetch, ListOffsets READ_COMMITTED), an upper bound: see "
+    "_upper_bound_partitions."
+)
+BLOCKED_HELP = (
+    "Records a read_committed consumer group can NOT read yet: from the last stable offset (or "
+    "the committed offset, when past it) to the high watermark, behind open transactions "
+    "(ListOffsets READ_COMMITTED and READ_UNCOMMITTED). A read_uncommitted consumer can read "
+    "them."
+)
+
 FAMILIES: tuple[Family, ...] = (
-    Family(PARTITION_MAX_ACTIVE_TRANSACTION_DURATION, "gauge", ("topic", "partition")),
-    Family(PARTITION_LAST_STABLE_OFFSET_LAG, "gauge", ("topic", "partition")),
-    Family(PARTITIONS_WITH_LATE_TRANSACTIONS, "gauge", ("broker",)),
-    Family(MAX_LAST_STABLE_OFFSET_LAG, "gauge", ("broker",)),
-    Family(HANGING_TRANSACTIONS, "gauge", ("broker",)),
-    Family(BROKER_TRANSACTION_VERIFICATION_ENABLED, "gauge", ("broker",)),
-    Family(BROKER_TRANSACTION_MAX_TIMEOUT, "gauge", ("broker",)),
-    Family(BROKER_TWO_PHASE_COMMIT_ENABLED, "gauge", ("broker",)),
-    Family(CLUSTER_TRANSACTION_VERSION, "gauge"),
-    Family(ACTIVE_TRANSACTION_OPEN_TIME_MAX, "gauge", ("coordinator",)),
-    Family(TWO_PHASE_COMMIT_OPEN_TIME_MAX, "gauge", ("coordinator",)),
-    Family(COORDINATOR_PREPARE_TIME_MAX, "gauge", ("coordinator",)),
-    Family(COORDINATOR_TRANSACTIONS, "gauge", ("coordinator", "state")),
-    Family(COORDINATOR_TIMEOUT_ABORTS, "counter", ("coordinator",)),
-    Family(OPEN_TRANSACTIONS, "gauge", ("class",)),
-    Family(OPEN_TRANSACTIONS_UNKNOWN, "gauge", ("reason",)),
-    Family(OPEN_TRANSACTIONS_BY_APPLICATION, "gauge", ("application", "class")),
-    Family(HANGING_TRANSACTION_INFO, "gauge", (*_FINDING, "coordinator_epoch", "reason")),
-    Family(LATE_TRANSACTION_INFO, "gauge", (*_FINDING, "class")),
-    Family(CONSUMER_GROUP_LAG_CONSUMABLE, "gauge", ("group", "topic")),
-    Family(CONSUMER_GROUP_LAG_CONSUMABLE_UPPER_BOUND, "gauge", ("group", "topic")),
-    Family(CONSUMER_GROUP_LAG_BLOCKED, "gauge", ("group", "topic")),
-    Family(CONSUMER_GROUP_PARTITION_LAG_CONSUMABLE, "gauge", ("group", "topic", "partition")),
-    Family(CONSUMER_GROUP_PARTITION_LAG_BLOCKED, "gauge", ("group", "topic", "partition")),
-    Family(CONSUMER_GROUP_PARTITION_LAG_CONSUMABLE_UPPER_BOUND, "gauge", ("group", "topic", "partition")),
+    # -- instruments the daemon updates (exporter/metrics/collector.py's ExporterMetrics)
+    Family(
+        EXPORTER_CYCLE_DURATION,
+        "histogram",
+        "Duration of one collection cycle: Kafka requests plus the Spark pipeline.",
+    ),
+    Family(
+        EXPORTER_CYCLES,
+        "counter",
+        "Collection cycles by result: complete, partial (some requests failed) or failed (no metadata from "
+        "the cluster, or the pipeline failed).",
+        ("result",),
+    ),
+    Family(
+        EXPORTER_CYCLES_SKIPPED,
+        "counter",
+        "Scheduled cycles that did not run because the previous cycle of the cluster was still running (a "
+        "cycle is cut at its deadline, so this stays at 0 unless the interval is shorter than a cycle can "
+        "be).",
+    ),
+    Family(
+        EXPORTER_REQUEST_ERRORS,
+        "counter",
+        "Kafka request errors by API (DescribeProducers, ListTransactions, ...) and Kafka error name.",
+        ("api", "error"),
+    ),
+    Family(
+        EXPORTER_BUILD_INFO,
+        "gauge",
+        "Version of kafka-txn-exporter.",
+        ("version",),
+        per_cluster=False,
+    ),
+    Family(
+        REMEDIATIONS,
+        "counter",
+        "Actions of the daemon's auto-remediation (config remediation:) by action (abort: WriteTxnMarkers) "
+        "and result: aborted, dry_run (reported, nothing written), refused (the re-validation right before "
+        "the write found it owned, changed or not provably hanging) or failed (a Kafka error).",
+        ("action", "result"),
+    ),
+    # -- the exporter's per-cluster state (exporter/metrics/families/exporter.py)
+    Family(
+        CLUSTER_TRANSACTION_VERSION,
+        "gauge",
+        "The finalized transaction.version feature level of the cluster (KIP-890: 2 = transactions v2, "
+        "server-side defense); absent when unknown.",
+    ),
+    Family(
+        EXPORTER_UP,
+        "gauge",
+        "1 when the last collection cycle read every part of the cluster, 0 when any request failed or the "
+        "cluster was unreachable.",
+    ),
+    Family(
+        EXPORTER_LAST_SUCCESS_TIMESTAMP,
+        "gauge",
+        "Unix time of the last complete collection cycle.",
+    ),
+    Family(
+        EXPORTER_SNAPSHOT_AGE,
+        "gauge",
+        "Age of the snapshot the Kafka-derived metrics come from.",
+    ),
+    Family(
+        EXPORTER_COLLECTION_INTERVAL,
+        "gauge",
+        "The cluster's configured collection interval (a snapshot is expected this often).",
+    ),
+    Family(
+        EXPORTER_STAGE_DURATION,
+        "gauge",
+        "Duration of each stage of the last cycle (metadata, configs, offsets, producers, list_transactions,"
+        " describe_transactions, batch_timestamps, pipeline).",
+        ("stage",),
+    ),
+    Family(
+        EXPORTER_TRANSACTIONAL_IDS_VISIBLE,
+        "gauge",
+        "1 when the exporter's principal may Describe every transactional id, 0 when ListTransactions may "
+        "silently leave some out (a blind spot: open transactions whose owner is not listed are then classed"
+        " unknown, never hanging). From a DescribeTransactions probe of an id nobody uses; absent when the "
+        "probe failed.",
+    ),
+    # -- partitions (exporter/metrics/families/partitions.py)
+    Family(
+        PARTITION_MAX_ACTIVE_TRANSACTION_DURATION,
+        "gauge",
+        "Age of the oldest open transaction on the partition, from its start (MaxActiveTransactionDuration, "
+        "KIP-664; DescribeProducers and DescribeTransactions).",
+        ("topic", "partition"),
+    ),
+    Family(
+        PARTITION_LAST_STABLE_OFFSET_LAG,
+        "gauge",
+        "High watermark minus last stable offset (Kafka's LastStableOffsetLag partition gauge; ListOffsets "
+        "READ_UNCOMMITTED and READ_COMMITTED).",
+        ("topic", "partition"),
+    ),
+    # -- brokers (exporter/metrics/families/brokers.py)
+    Family(
+        PARTITIONS_WITH_LATE_TRANSACTIONS,
+        "gauge",
+        "Partitions led by the broker with an open transaction older than transaction.max.timeout.ms plus "
+        "the padding (Kafka's PartitionsWithLateTransactionsCount, measured from the transaction start).",
+        ("broker",),
+    ),
+    Family(
+        MAX_LAST_STABLE_OFFSET_LAG,
+        "gauge",
+        "Largest LastStableOffsetLag over the partitions the broker leads (MaxLastStableOffsetLag, KIP-939).",
+        ("broker",),
+    ),
+    Family(
+        HANGING_TRANSACTIONS,
+        "gauge",
+        "Confirmed hanging transactions on partitions the broker leads: open on the partition, unknown to "
+        "its coordinator (KIP-664; DescribeProducers, ListTransactions, DescribeTransactions).",
+        ("broker",),
+    ),
+    Family(
+        BROKER_TRANSACTION_VERIFICATION_ENABLED,
+        "gauge",
+        "1 when the broker verifies transactional appends with the coordinator "
+        "(transaction.partition.verification.enable, KIP-890; DescribeConfigs). Absent when the broker's "
+        "configs could not be read.",
+        ("broker",),
+    ),
+    Family(
+        BROKER_TRANSACTION_MAX_TIMEOUT,
+        "gauge",
+        "The broker's transaction.max.timeout.ms (DescribeConfigs).",
+        ("broker",),
+    ),
+    Family(
+        BROKER_TWO_PHASE_COMMIT_ENABLED,
+        "gauge",
+        "1 when the broker accepts two-phase-commit transactions (transaction.two.phase.commit.enable, "
+        "KIP-939; DescribeConfigs). Absent when the broker's configs could not be read.",
+        ("broker",),
+    ),
+    # -- coordinators (exporter/metrics/families/coordinators.py)
+    Family(
+        ACTIVE_TRANSACTION_OPEN_TIME_MAX,
+        "gauge",
+        "Age of the oldest open transaction the broker coordinates, from its TransactionStartTimeMs "
+        "(ActiveTransactionOpenTimeMaxMs, KIP-939; ListTransactions, DescribeTransactions).",
+        ("coordinator",),
+    ),
+    Family(
+        TWO_PHASE_COMMIT_OPEN_TIME_MAX,
+        "gauge",
+        "Age of the oldest open two-phase-commit transaction (TransactionTimeoutMs = 2147483647, KIP-939) "
+        "the broker coordinates.",
+        ("coordinator",),
+    ),
+    Family(
+        COORDINATOR_PREPARE_TIME_MAX,
+        "gauge",
+        "How long the transactional id longest in PrepareCommit or PrepareAbort (markers being written) has "
+        "been listed so by the broker, counted from the first cycle that saw it there (ListTransactions; 0 "
+        "when none).",
+        ("coordinator",),
+    ),
+    Family(
+        COORDINATOR_TRANSACTIONS,
+        "gauge",
+        "Transactional ids the broker coordinates, by coordinator state (ListTransactions).",
+        ("coordinator", "state"),
+    ),
+    # -- the classification of open transactions (exporter/metrics/families/classification.py)
+    Family(
+        OPEN_TRANSACTIONS,
+        "gauge",
+        "Open partition-level transactions by class: ongoing, late, hanging, suspected_hanging, "
+        "two_phase_commit, unknown (DescribeProducers, classified against the coordinators).",
+        ("class",),
+    ),
+    Family(
+        OPEN_TRANSACTIONS_UNKNOWN,
+        "gauge",
+        "Open partition-level transactions classed unknown, by why the evidence is missing: "
+        "coordinator_unreadable, listing_incomplete, owner_may_be_invisible (the principal may not Describe "
+        "every transactional id), unlisted_within_timeout (listed by no coordinator, but not yet older than "
+        "transaction.max.timeout.ms plus padding), unverified (see docs/metrics.md).",
+        ("reason",),
+    ),
+    Family(
+        HANGING_TRANSACTION_INFO,
+        "gauge",
+        "One series per confirmed hanging transaction (KIP-664): the partition, the producer, the start "
+        "offset to abort from, and the transactional id where known.",
+        (
+            "broker",
+            "topic",
+            "partition",
+            "producer_id",
+            "producer_epoch",
+            "coordinator_epoch",
+            "start_offset",
+            "transactional_id",
+            "reason",
+            "start_time_source",
+        ),
+    ),
+    Family(
+        LATE_TRANSACTION_INFO,
+        "gauge",
+        "One series per open transaction older than transaction.max.timeout.ms plus the padding, with its "
+        "class (PartitionsWithLateTransactionsCount, per transaction).",
+        (
+            "broker",
+            "topic",
+            "partition",
+            "producer_id",
+            "producer_epoch",
+            "start_offset",
+            "transactional_id",
+            "class",
+            "start_time_source",
+        ),
+    ),
+    # -- attribution to applications (exporter/metrics/families/attribution.py)
+    Family(
+        OPEN_TRANSACTIONS_BY_APPLICATION,
+        "gauge",
+        "Open partition-level transactions by application (attributed from the transactional id by the "
+        "attribution rules; unknown when no rule matches) and class (DescribeProducers, classified against "
+        "the coordinators). With or without consumer groups.",
+        ("application", "class"),
+    ),
+    # -- KIP-588 timeout aborts (exporter/metrics/families/aborts.py)
+    Family(
+        COORDINATOR_TIMEOUT_ABORTS,
+        "counter",
+        "Transactions the coordinator aborted on timeout (KIP-588), counted since the exporter started: a "
+        "transaction seen Ongoing, next seen with a bumped producer epoch after its deadline "
+        "(DescribeTransactions; see docs/metrics.md).",
+        ("coordinator",),
+    ),
+    # -- consumer groups (exporter/metrics/families/groups.py)
+    Family(
+        CONSUMER_GROUP_LAG_CONSUMABLE,
+        "gauge",
+        CONSUMABLE_HELP,
+        ("group", "topic"),
+    ),
+    Family(
+        CONSUMER_GROUP_LAG_CONSUMABLE_UPPER_BOUND,
+        "gauge",
+        "Partitions of the group on the topic whose consumable lag is an upper bound (LSO - committed, or "
+        "what was counted plus every offset not read): the batches up to the LSO were not all read this "
+        "cycle (consumable_check_max_bytes, a failed Fetch). 0: exact.",
+        ("group", "topic"),
+    ),
+    Family(
+        CONSUMER_GROUP_LAG_BLOCKED,
+        "gauge",
+        BLOCKED_HELP,
+        ("group", "topic"),
+    ),
+    Family(
+        CONSUMER_GROUP_PARTITION_LAG_CONSUMABLE,
+        "gauge",
+        "Per partition (opt-in): " + CONSUMABLE_HELP,
+        ("group", "topic", "partition"),
+    ),
+    Family(
+        CONSUMER_GROUP_PARTITION_LAG_BLOCKED,
+        "gauge",
+        "Per partition (opt-in): " + BLOCKED_HELP,
+        ("group", "topic", "partition"),
+    ),
+    Family(
+        CONSUMER_GROUP_PARTITION_LAG_CONSUMABLE_UPPER_BOUND,
+        "gauge",
+        "Per partition (opt-in): 1 when the partition's consumable lag is an upper bound (the batches up to "
+        "the LSO were not all read this cycle), 0 when it is exact.",
+        ("group", "topic", "partition"),
+    ),
     Family(
         CONSUMER_GROUP_BLOCKED_INFO,
         "gauge",
+        "1 per group partition blocked by a transaction: nothing a read_committed consumer gets lies before "
+        "the last stable offset (committed there, or only transaction markers and aborted records between, "
+        "read from the batches), the LSO is below the high watermark and has not moved for "
+        "blocked_after_cycles cycles (OffsetFetch, ListOffsets, Fetch READ_COMMITTED). Names the open "
+        "transaction whose first offset is the LSO (DescribeProducers, DescribeTransactions) and the "
+        "application it is attributed to.",
         (
             "group",
             "topic",
@@ -157,22 +449,64 @@ FAMILIES: tuple[Family, ...] = (
             "application",
         ),
     ),
-    Family(CONSUMER_GROUP_BLOCKED_SECONDS, "gauge", ("group", "topic", "partition")),
-    Family(CONSUMER_GROUP_BLOCKED_PARTITIONS, "gauge", ("group",)),
-    Family(CONSUMER_GROUP_UNSTABLE_OFFSET_COMMITS, "gauge", ("group",)),
-    Family(EXPORTER_UP, "gauge"),
-    Family(EXPORTER_LAST_SUCCESS_TIMESTAMP, "gauge"),
-    Family(EXPORTER_SNAPSHOT_AGE, "gauge"),
-    Family(EXPORTER_COLLECTION_INTERVAL, "gauge"),
-    Family(EXPORTER_CYCLE_DURATION, "histogram"),
-    Family(EXPORTER_STAGE_DURATION, "gauge", ("stage",)),
-    Family(EXPORTER_CYCLES, "counter", ("result",)),
-    Family(EXPORTER_CYCLES_SKIPPED, "counter"),
-    Family(EXPORTER_REQUEST_ERRORS, "counter", ("api", "error")),
-    Family(EXPORTER_BUILD_INFO, "gauge", ("version",), per_cluster=False),
-    Family(EXPORTER_TRANSACTIONAL_IDS_VISIBLE, "gauge"),
-    Family(REMEDIATIONS, "counter", ("action", "result")),
+    Family(
+        CONSUMER_GROUP_BLOCKED_SECONDS,
+        "gauge",
+        "How long the group partition has been at the last stable offset it is blocked at, since the first "
+        "cycle that saw it there.",
+        ("group", "topic", "partition"),
+    ),
+    Family(
+        CONSUMER_GROUP_BLOCKED_PARTITIONS,
+        "gauge",
+        "Partitions of the group blocked by a transaction.",
+        ("group",),
+    ),
+    Family(
+        CONSUMER_GROUP_UNSTABLE_OFFSET_COMMITS,
+        "gauge",
+        "Partitions of the group with a pending transactional offset commit (OffsetFetch with RequireStable "
+        "answered UNSTABLE_OFFSET_COMMIT).",
+        ("group",),
+    ),
+    # -- the history writer (exporter/history/metrics.py)
+    Family(
+        HISTORY_CYCLES_WRITTEN,
+        "counter",
+        "Cycles whose facts were appended to the history.",
+        per_cluster=False,
+    ),
+    Family(
+        HISTORY_ROWS_WRITTEN, "counter", "Rows appended to the history (all datasets).", per_cluster=False
+    ),
+    Family(
+        HISTORY_CYCLES_DROPPED,
+        "counter",
+        "Cycles dropped before they were written: the buffer (history.buffer_cycles) was full "
+        "because writes kept failing or could not keep up. Lost history.",
+        per_cluster=False,
+    ),
+    Family(
+        HISTORY_WRITE_FAILURES,
+        "counter",
+        "Failed history writes; their cycles stay buffered and are retried with the next batch.",
+        per_cluster=False,
+    ),
+    Family(
+        HISTORY_MAINTENANCE_FAILURES,
+        "counter",
+        "Failed compactions or retention passes of the history.",
+        per_cluster=False,
+    ),
+    Family(HISTORY_BUFFERED_CYCLES, "gauge", "Cycles waiting to be written.", per_cluster=False),
+    Family(
+        HISTORY_LAST_WRITE_DURATION,
+        "gauge",
+        "How long the last history write took (the writer thread, off the cycle's path).",
+        per_cluster=False,
+    ),
 )
+
 
 #: Families the collector emits only in some setups (consumer groups configured; the
 #: partition lags with per-partition series on): tests/unit/test_catalogue.py renders a
@@ -194,7 +528,15 @@ IN_FLIGHT: frozenset[str] = frozenset(
 
 
 def by_name() -> dict[str, Family]:
-    return {f.name: f for f in FAMILIES}
+    return dict(_BY_NAME)
+
+
+def family(name: str) -> Family:
+    """The catalogued family of that name (KeyError when there is none)."""
+    return _BY_NAME[name]
+
+
+_BY_NAME: dict[str, Family] = {f.name: f for f in FAMILIES}
 
 
 def all_series(cluster_label: str = DEFAULT_CLUSTER_LABEL) -> dict[str, frozenset[str]]:

@@ -6,23 +6,39 @@ setups, ``IN_FLIGHT``: consumer groups configured)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pytest
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import Metric
 
 from alerts.rules import DISABLED_BY_DEFAULT, rules_document, thresholds_from_mapping
 from dashboards import generate
 from dashboards.metrics_doc import referenced_metrics
+from exporter.history.metrics import HistoryMetrics
 from exporter.metrics import catalogue
+from exporter.metrics.collector import ExporterMetrics
+from exporter.metrics.families import renderers
+from exporter.metrics.scrape import Scrape
+from exporter.metrics.state import ClusterState
+from exporter.model import PipelineSettings
 from tests.unit.test_groups_metrics import RESULT as GROUPS_RESULT
 from tests.unit.test_metrics import render, result
 
 
+class _Writer:
+    cycles_written, rows_written, cycles_dropped, writes_failed, maintenance_failed = 7, 70, 1, 2, 0
+    last_write_seconds = 0.5
+    buffered_cycles = 3
+
+
 def render_everything() -> CollectorRegistry:
-    """The collector with fixture states that exercise every family: the cluster's cycle
-    carries the consumer-group family (served only when groups are configured)."""
-    return render(cycle=dataclasses.replace(result(), groups=GROUPS_RESULT))
+    """The collector with fixture states that exercise every family (the cluster's cycle
+    carries the consumer-group family, served only when groups are configured), and the
+    history writer's metrics (registered when history is on)."""
+    registry = render(cycle=dataclasses.replace(result(), groups=GROUPS_RESULT))
+    registry.register(HistoryMetrics(_Writer()))
+    return registry
 
 
 def rendered_families(registry: CollectorRegistry) -> dict[str, set[str]]:
@@ -91,3 +107,30 @@ def test_collector_labels_match_the_catalogue() -> None:
         if not labels:  # no samples in the fixture: nothing to compare
             continue
         assert labels == set(by_name[name].label_names()), name
+
+
+def test_the_collector_serves_the_catalogues_help_texts() -> None:
+    for metric in render_everything().collect():
+        name = f"{metric.name}_total" if metric.type == "counter" else metric.name
+        assert metric.documentation == catalogue.family(name).help, name
+        assert metric.type == catalogue.family(name).kind, name
+
+
+def family_names(metrics: Iterable[Metric]) -> list[str]:
+    return [f"{m.name}_total" if m.type == "counter" else m.name for m in metrics]
+
+
+def test_every_catalogued_family_has_one_source() -> None:
+    """Each family comes from one renderer (exporter/metrics/families/), the daemon's
+    instruments or the history writer's metrics, never from two."""
+    state = ClusterState(cluster="prod", result=dataclasses.replace(result(), groups=GROUPS_RESULT), up=True)
+    scrape = Scrape([state], PipelineSettings(lso_lag_series="all"), now=1_800_000_000.0)
+    rendered = [name for render_families in renderers() for name in family_names(render_families(scrape))]
+    instruments = CollectorRegistry()
+    ExporterMetrics(instruments, ["prod"])
+    sources = [
+        *rendered,
+        *family_names(instruments.collect()),
+        *family_names(HistoryMetrics(_Writer()).collect()),
+    ]
+    assert sorted(sources) == sorted(catalogue.iter_names())

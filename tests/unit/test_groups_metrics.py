@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from exporter.metrics.groups import render_group_families
+from exporter.metrics.families.groups import render_group_families
 from exporter.model import (
     BlockedGroupPartition,
     GroupLag,
