@@ -15,9 +15,10 @@ import tempfile
 import threading
 from pathlib import Path
 
-from exporter.cli import SignalStop, setup_logging
+from exporter.cli import SignalStop
 from exporter.config import Config, ConfigError, parse_config
 from exporter.daemon import Daemon
+from exporter.logs import setup_logging
 from testbed.broker import KafkaCluster
 from testbed.scenarios import (
     OpenTransaction,

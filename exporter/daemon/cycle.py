@@ -57,6 +57,9 @@ class ClusterJob:
         self.attribution: tuple[AttributionRule, ...] = BUILTIN_RULES
         #: Where the memory outlives the process (config ``state_dir``); None: nowhere.
         self.memory_store: MemoryStore | None = None
+        #: Scheduled runs skipped since the last cycle ended: logged once, when it ends.
+        self._skipped = 0
+        self._finished_once = False
 
     def restore_memory(self, store: MemoryStore) -> None:
         """Keep the memory in ``store`` from now on, going on from what a previous process
@@ -121,8 +124,9 @@ class ClusterJob:
             heap.trim()
 
     def skipped(self) -> None:
-        """A scheduled run that did not start because the previous one was still running."""
-        log.warning("cycle for cluster %s skipped: the previous cycle is still running", self.cluster.name)
+        """A scheduled run that did not start because the previous one was still running:
+        counted now, logged once for the whole streak when the running cycle ends."""
+        self._skipped += 1
         self._metrics.cycles_skipped.labels(self.cluster.name).inc()
 
     def _run_cycle(self) -> None:
@@ -208,4 +212,17 @@ class ClusterJob:
         seconds = time.monotonic() - started
         self._metrics.cycles.labels(self.cluster.name, outcome).inc()
         self._metrics.cycle_duration.labels(self.cluster.name).observe(seconds)
-        log.info("cycle for cluster %s: %s in %.2f s", self.cluster.name, outcome, seconds)
+        skipped, self._skipped = self._skipped, 0
+        first, self._finished_once = not self._finished_once, True
+        if not skipped:
+            log.info("cycle for cluster %s: %s in %.2f s", self.cluster.name, outcome, seconds)
+            return
+        # A first cycle outlasts its interval while Spark starts; later ones should not.
+        log.log(
+            logging.INFO if first else logging.WARNING,
+            "cycle for cluster %s: %s in %.2f s, longer than its interval: %d scheduled run(s) skipped",
+            self.cluster.name,
+            outcome,
+            seconds,
+            skipped,
+        )

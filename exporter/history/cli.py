@@ -19,6 +19,7 @@ import yaml
 
 from exporter.config import ConfigError, SparkConfig, parse_config, parse_duration_ms
 from exporter.history.config import HistoryConfig, parse_history_section
+from exporter.logs import add_log_level
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -65,6 +66,7 @@ def add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--to", metavar="TIME", help="window end (default: now)")
     p.add_argument("--format", choices=FORMATS, default="text", help="default: text")
     p.add_argument("--output", metavar="FILE", help="write the report to FILE (atomically) instead of stdout")
+    add_log_level(p)
     p.set_defaults(handler=_cmd_report, report_parser=p)
 
 

@@ -26,11 +26,12 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import threading
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -38,8 +39,6 @@ from exporter.config import SparkConfig
 from exporter.pipeline.class_archive import archive_options, mapped_archive, refuse_archive
 
 log = logging.getLogger(__name__)
-# py4j logs every connection a pipeline thread opens and closes at INFO.
-logging.getLogger("py4j").setLevel(logging.WARNING)
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 #: The smallest ``spark.driver_memory`` Spark's memory manager accepts: it reserves 300 MiB of
@@ -277,6 +276,8 @@ def spark_session(config: SparkConfig, *, short_lived: bool = False) -> SparkSes
             os.environ.setdefault(key, value)
     log.info("starting Spark session on %s", where)
     try:
+        if is_embedded(config):
+            launch_driver({"spark.master": config.master, "spark.app.name": config.app_name, **conf})
         session = builder.getOrCreate()
     except Exception as e:
         archive = mapped_archive(config) if is_embedded(config) else None
@@ -292,6 +293,49 @@ def spark_session(config: SparkConfig, *, short_lived: bool = False) -> SparkSes
         session.sparkContext.setLogLevel("ERROR")
         cache_function_lookups(session)
     return session
+
+
+def launch_driver(conf: Mapping[str, str]) -> None:
+    """Launch the embedded driver JVM as PySpark would (``spark-submit`` with ``conf``), unless
+    one runs, but with its standard output and error on a pipe: :func:`relay_driver_output`
+    logs its lines (``exporter.pipeline.jvm``), so that its start-up banner is not printed on
+    the daemon's log or the CLI's stderr at the default level, and nothing of it reaches the
+    CLI's standard output (a JSON document). ``getOrCreate`` then finds the gateway ready."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            return
+        spark_conf = SparkConf()
+        for key, value in conf.items():
+            spark_conf.set(key, value)
+        gateway = launch_gateway(  # type: ignore[no-untyped-call]
+            spark_conf, popen_kwargs={"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+        )
+        SparkContext._gateway = gateway
+        SparkContext._jvm = gateway.jvm
+    proc = getattr(gateway, "proc", None)
+    if proc is not None and proc.stdout is not None:
+        threading.Thread(
+            target=relay_driver_output, args=(proc.stdout,), name="spark-driver-output", daemon=True
+        ).start()
+
+
+def relay_driver_output(stream: IO[bytes]) -> None:
+    """Log every line the driver JVM writes, at the level :func:`exporter.logs.jvm_line_level`
+    gives it, until the JVM closes its end. Reading never stops early: a full pipe would
+    block the JVM."""
+    from exporter.logs import JVM_LOGGER, jvm_line_level
+
+    jvm_log = logging.getLogger(JVM_LOGGER)
+    level = logging.WARNING
+    with contextlib.suppress(Exception), stream:
+        for raw in iter(stream.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip()
+            if line:
+                level = jvm_line_level(line, level)
+                jvm_log.log(level, "%s", line)
 
 
 #: The JVM classes a classic session reaches through py4j for every column expression and
