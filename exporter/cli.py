@@ -38,7 +38,7 @@ from exporter.config import (
     parse_flag,
 )
 from exporter.exitcodes import ExitCode
-from exporter.logs import setup_logging
+from exporter.logs import setup_command_logging, setup_logging
 from exporter.pipeline.class_archive import CLASS_ARCHIVE_ENV
 
 if TYPE_CHECKING:
@@ -296,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parse(argv)
         if args.command not in ("run", "class-archive"):  # those set it from their config
-            setup_logging(getattr(args, "log_level", None) or "warning")
+            setup_command_logging(getattr(args, "log_level", None) or "warning")
         return int(args.handler(args))
     except ConfigError as e:
         return fail(args, str(e), ExitCode.USAGE)

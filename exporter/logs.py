@@ -58,6 +58,8 @@ JVM_START_LINES: tuple[re.Pattern[str], ...] = tuple(
     )
 )
 _LOG4J_ERROR = re.compile(r"^\S+ \S+ (ERROR|FATAL) ")
+#: The name of the handler :func:`setup_logging` installs.
+HANDLER_NAME = "kafka-txn-exporter"
 _TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -79,6 +81,7 @@ def setup_logging(level: str, fmt: str = "text") -> None:
     :data:`QUIET_LIBRARIES` quiet unless ``level`` is ``debug``. Safe to call again (reload)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(_TEXT_FORMAT))
+    handler.set_name(HANDLER_NAME)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -88,6 +91,13 @@ def setup_logging(level: str, fmt: str = "text") -> None:
     for name, floor in NEVER_DEBUG.items():
         logger = logging.getLogger(name)
         logger.setLevel(max(floor, logger.level, root.level))
+
+
+def setup_command_logging(level: str) -> None:
+    """:func:`setup_logging` for a command, unless a program that called it in-process (a
+    test, a script) configured logging already: its handlers are left alone."""
+    if all(h.get_name() == HANDLER_NAME for h in logging.getLogger().handlers):
+        setup_logging(level)
 
 
 def jvm_line_level(line: str, previous: int = logging.WARNING) -> int:

@@ -20,6 +20,7 @@ import yaml
 from exporter.config import ConfigError, SparkConfig, parse_config, parse_duration_ms
 from exporter.history.config import HistoryConfig, parse_history_section
 from exporter.logs import add_log_level
+from exporter.progress import progress, stage
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -168,10 +169,19 @@ def _cmd_report(args: argparse.Namespace) -> int:
                 raise _UsageError(f"--output: directory {str(parent)!r} does not exist")
     except _UsageError as e:
         parser.error(str(e))  # exit 2, flag named
-    report = run_report(
-        history, spark_config, from_ms=from_ms, to_ms=to_ms, cluster=args.cluster, now_ms=now_ms
-    )
-    if report["empty"]:
+    with progress("report"):
+        report = run_report(
+            history, spark_config, from_ms=from_ms, to_ms=to_ms, cluster=args.cluster, now_ms=now_ms
+        )
+        text = None
+        if not report["empty"]:
+            from exporter.history import render
+
+            stage("rendering")
+            text = {"json": render.to_json, "html": render.to_html, "text": render.to_text}[args.format](
+                report
+            )
+    if text is None:
         where = f" for cluster {args.cluster}" if args.cluster else ""
         print(
             f"no history in that window ({report['from']} .. {report['to']}{where}) at "
@@ -179,9 +189,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_OK
-    from exporter.history import render
-
-    text = {"json": render.to_json, "html": render.to_html, "text": render.to_text}[args.format](report)
     if args.output is not None:
         write_atomically(args.output, text)
         print(f"report written to {args.output}", file=sys.stderr)
@@ -208,6 +215,7 @@ def run_report(
     # A session already running in this process (a test's, an embedding program's) is
     # reused by getOrCreate and must not be stopped here.
     existed = SparkContext._active_spark_context is not None
+    stage("starting Spark")
     spark = spark_session(spark_config)
     try:
         return build_report(

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from exporter.history.store import HistoryStore
+from exporter.progress import stage
 
 #: A gap between two cycles longer than this many intervals is a blind spot.
 GAP_CAP_INTERVALS = 2.5
@@ -68,6 +69,7 @@ def build_report(
         "generated_at": iso(now_ms),
         "history": store.config.redacted_path,
     }
+    stage("reading the cycles")
     cycles = window("cycles").cache()
     try:
         stats = (
@@ -110,10 +112,13 @@ def build_report(
             .alias("weight_ms"),
             F.col("gap_ms"),
         ).cache()
+        stage("exporter health")
         report["health"] = _health(stats, medians, weights, window("errors"))
+        stage("incidents")
         incidents = _incidents(window("transactions"), window("closed"), weights, actions)
         report["incidents"] = incidents
         report["applications"] = _applications(incidents)
+        stage("topics")
         report["topics"] = _topics(window("lso_lag"), weights)
         weights.unpersist()
         return report

@@ -41,6 +41,8 @@ class Target:
     config_file: str | None = None
     #: The daemon's Spark settings (its Connect endpoint is the CLI's warm engine).
     spark: SparkConfig | None = None
+    #: The daemon's listen port (where its last cycle's answers may be asked for).
+    listen_port: int | None = None
 
     def admin(self) -> ClusterAdmin:
         return ClusterAdmin(
@@ -169,4 +171,10 @@ def _from_config_file(conn: Connection) -> Target:
         cluster = matches[0]
     if timeout_ms is not None:
         cluster = replace(cluster, request_timeout_ms=timeout_ms)
-    return Target(cluster=cluster, pipeline=config.pipeline, config_file=conn.config_file, spark=config.spark)
+    return Target(
+        cluster=cluster,
+        pipeline=config.pipeline,
+        config_file=conn.config_file,
+        spark=config.spark,
+        listen_port=config.web.host_port[1],
+    )
