@@ -197,11 +197,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from exporter.daemon.heap import lean_heap
 
     lean_heap()
+    config = _load(args)
+    setup_logging(config.log.level, config.log.format)
+    from exporter.pipeline.launch import launch_early
+
+    launch_early(config.spark)  # the JVM starts while the daemon is imported and built
     from exporter.daemon import Daemon
     from exporter.daemon.listen import ListenError
 
-    config = _load(args)
-    setup_logging(config.log.level, config.log.format)
     stop = SignalStop()
     daemon = Daemon(config)
     try:

@@ -19,16 +19,17 @@ import logging
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from exporter.config import ConfigError
 from exporter.exitcodes import EPILOG, ExitCode
-from exporter.kafka.admin import ClusterAdmin
 from exporter.kafka.errors import KafkaRequestError, KafkaUnavailable
 from exporter.logs import add_log_level
 from exporter.model import COORDINATOR_STATES
-from exporter.operator import actions, exporter_api, hanging, views
+from exporter.operator import exporter_api, hanging, views
 from exporter.operator.connection import (
+    LazyAdmin,
+    LazyModule,
     Target,
     add_connection_flags,
     connection_from_args,
@@ -48,9 +49,15 @@ from exporter.operator.requests import (
 )
 from exporter.progress import progress
 
+if TYPE_CHECKING:
+    from exporter.kafka.admin import ClusterAdmin
+    from exporter.operator import actions
+else:  # the Kafka clients load when a command first talks to Kafka, not to answer --help
+    actions = LazyModule("exporter.operator.actions")
+
 LIBRDKAFKA_LOGGER = "exporter.kafka.librdkafka"
 #: A verb: the admin client, the resolved cluster and the verb's typed request.
-Handler = Callable[[ClusterAdmin, Target, Any], int]
+Handler = Callable[["ClusterAdmin", Target, Any], int]
 #: Builds a verb's typed request from its parsed flags (raises UsageError).
 Build = Callable[[argparse.Namespace], Any]
 
@@ -105,8 +112,8 @@ def _runner(
 
         def work() -> None:
             try:
-                with target.admin() as admin:
-                    outcome["code"] = handler(admin, target, request)
+                with LazyAdmin(target) as admin:
+                    outcome["code"] = handler(cast("ClusterAdmin", admin), target, request)
             except BaseException as e:  # handed to the main thread
                 outcome["error"] = e
 
@@ -460,6 +467,10 @@ def _add_abort(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     _add_confirmation(p)
 
 
+def _force_terminate(admin: ClusterAdmin, target: Target, request: ForceTerminateRequest) -> int:
+    return actions.force_terminate(admin, target, request)
+
+
 def _add_force_terminate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = _parser(
         sub,
@@ -472,7 +483,7 @@ def _add_force_terminate(sub: argparse._SubParsersAction[argparse.ArgumentParser
         lambda a: ForceTerminateRequest(
             a.transactional_id, expected_epoch=a.producer_epoch, yes=a.yes, output=a.output
         ),
-        actions.force_terminate,
+        _force_terminate,
     )
     p.add_argument("--transactional-id", dest="transactional_id", required=True, metavar="ID")
     p.add_argument(
@@ -488,9 +499,13 @@ def _add_force_terminate(sub: argparse._SubParsersAction[argparse.ArgumentParser
 # --- doctor ------------------------------------------------------------------------------------
 
 
-def _add_doctor(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _doctor(admin: ClusterAdmin, target: Target, request: DoctorRequest) -> int:
     from exporter.operator.doctor import doctor
 
+    return doctor(admin, target, request)
+
+
+def _add_doctor(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = _parser(
         sub,
         "doctor",
@@ -501,7 +516,7 @@ def _add_doctor(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "(ClusterAction for abort, Write on the transactional id for force-terminate), "
         "each with the kafka-acls.sh line that grants it. Exit 1 when one is missing.",
         lambda a: DoctorRequest(topics=tuple(a.topic) if a.topic else None, output=a.output),
-        doctor,
+        _doctor,
     )
     p.add_argument(
         "--topic",

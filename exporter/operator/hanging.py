@@ -20,8 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from exporter import progress
 from exporter.exitcodes import ExitCode
-from exporter.kafka.admin import ClusterAdmin
-from exporter.kafka.collector import SnapshotCollector
 from exporter.kafka.errors import KafkaRequestError
 from exporter.model import ClusterSnapshot, CycleResult, Finding, TxnClass, UnknownReason
 from exporter.operator.connection import Target
@@ -42,6 +40,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from exporter.config import SparkConfig
+    from exporter.kafka.admin import ClusterAdmin
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +90,10 @@ def classify(
     once: an operator looking now wants this cycle's answer. Only the findings and the
     partitions (their LSO lag) are computed: the same classification as the daemon's, without
     the metric tables a command does not show."""
+    # The collector owns (and closes) its own clients.
+    from exporter.kafka.collector import SnapshotCollector
     from exporter.pipeline.compute import FINDINGS_OUTPUTS, compute
 
-    # The collector owns (and closes) its own clients.
     progress.stage("collecting from Kafka")
     collector = SnapshotCollector(cluster=target.cluster.name, admin=target.admin())
     try:

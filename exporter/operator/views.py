@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from exporter.exitcodes import ExitCode
-from exporter.kafka.admin import ClusterAdmin
 from exporter.kafka.errors import KafkaRequestError
 from exporter.model import CollectionError, ProducerState, TransactionDescription
 from exporter.operator.exporter_api import Answer
@@ -29,6 +29,9 @@ from exporter.operator.records import (
 )
 from exporter.operator.render import emit, human_duration, iso_ms, note, table
 from exporter.operator.requests import DescribeProducersRequest, DescribeRequest, ListRequest
+
+if TYPE_CHECKING:
+    from exporter.kafka.admin import ClusterAdmin
 
 #: Errors kafka-python reports when a broker lacks the request version a filter needs.
 VERSION_ERRORS = frozenset({"UNSUPPORTED_VERSION", "IncompatibleBrokerVersion"})

@@ -28,6 +28,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
@@ -269,15 +270,12 @@ def spark_session(config: SparkConfig, *, short_lived: bool = False) -> SparkSes
         where = config.master
     for key, value in conf.items():
         builder = builder.config(key, value)
-    if is_embedded(config):
-        # The embedded driver binds to loopback; without this Spark looks up the host name.
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        for key, value in LOCAL_JVM_ENV.items():  # inherited by the JVM PySpark starts
-            os.environ.setdefault(key, value)
-    log.info("starting Spark session on %s", where)
+    embedded = is_embedded(config)
+    if not embedded:
+        log.info("starting Spark session on %s", where)
     try:
-        if is_embedded(config):
-            launch_driver({"spark.master": config.master, "spark.app.name": config.app_name, **conf})
+        if embedded:
+            launch_driver(driver_conf(config, short_lived=short_lived))  # unless launched early
         session = builder.getOrCreate()
     except Exception as e:
         archive = mapped_archive(config) if is_embedded(config) else None
@@ -295,6 +293,24 @@ def spark_session(config: SparkConfig, *, short_lived: bool = False) -> SparkSes
     return session
 
 
+def driver_conf(config: SparkConfig, *, short_lived: bool = False) -> dict[str, str]:
+    """What ``spark-submit`` is given to launch the embedded driver described by ``config``."""
+    return {
+        "spark.master": config.master,
+        "spark.app.name": config.app_name,
+        **session_conf(config, short_lived=short_lived),
+    }
+
+
+#: When the current embedded driver was launched (``time.monotonic()``), None: none.
+_launched_at: list[float] = []
+
+
+def driver_age_s() -> float | None:
+    """Seconds since the current embedded driver JVM was launched (None: not launched)."""
+    return time.monotonic() - _launched_at[-1] if _launched_at else None
+
+
 def launch_driver(conf: Mapping[str, str]) -> None:
     """Launch the embedded driver JVM as PySpark would (``spark-submit`` with ``conf``), unless
     one runs, but with its standard output and error on a pipe: :func:`relay_driver_output`
@@ -307,6 +323,12 @@ def launch_driver(conf: Mapping[str, str]) -> None:
     with SparkContext._lock:
         if SparkContext._gateway is not None:
             return
+        # The embedded driver binds to loopback; without this Spark looks up the host name.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        for key, value in LOCAL_JVM_ENV.items():  # inherited by the JVM PySpark starts
+            os.environ.setdefault(key, value)
+        log.info("starting Spark session on %s", conf.get("spark.master", "local"))
+        _launched_at[:] = [time.monotonic()]
         spark_conf = SparkConf()
         for key, value in conf.items():
             spark_conf.set(key, value)
@@ -499,6 +521,7 @@ def kill_local(pid: int | None = None) -> None:
     SparkSession._instantiatedSession = None
     SparkSession._activeSession = None
     SQLContext._instantiatedContext = None
+    _launched_at.clear()
 
 
 def stop(session: SparkSession | None) -> None:
