@@ -28,6 +28,7 @@ import re
 import sys
 from collections.abc import Mapping
 
+from exporter import progress
 from exporter.config import LOG_LEVELS
 
 #: Third-party loggers and the lowest level they may log at the default level and above.
@@ -82,6 +83,7 @@ def setup_logging(level: str, fmt: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(_TEXT_FORMAT))
     handler.set_name(HANDLER_NAME)
+    handler.addFilter(_erase_progress)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -91,6 +93,12 @@ def setup_logging(level: str, fmt: str = "text") -> None:
     for name, floor in NEVER_DEBUG.items():
         logger = logging.getLogger(name)
         logger.setLevel(max(floor, logger.level, root.level))
+
+
+def _erase_progress(_record: logging.LogRecord) -> bool:
+    """A log line starts on a line of its own, not after a command's progress line."""
+    progress.clear()
+    return True
 
 
 def setup_command_logging(level: str) -> None:

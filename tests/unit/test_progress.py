@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 
 import pytest
 
@@ -62,3 +63,23 @@ def test_a_command_that_ends_within_the_delay_shows_nothing(monkeypatch: pytest.
 def test_stages_named_where_no_progress_is_shown_are_ignored() -> None:
     progress.stage("collecting from Kafka")  # a daemon, a test: no one shows it
     progress.clear()
+
+
+def test_a_log_line_erases_the_progress_line_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+
+    from exporter import logs
+
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)
+    monkeypatch.setattr(progress, "PERIOD_S", 0.01)
+    terminal = _Terminal()
+    with progress.progress("report", terminal):
+        progress.stage("classifying")
+        assert terminal.drawn.wait(10)
+        shown = progress._shown[-1]
+        assert shown is not None
+        shown._period_s = 3600.0  # no redraw from now on (after the wait in flight)
+        time.sleep(0.2)
+        record = logging.LogRecord("exporter", logging.WARNING, __file__, 1, "careful", None, None)
+        assert logs._erase_progress(record)
+        assert terminal.getvalue().endswith("\r\x1b[K")
