@@ -108,7 +108,7 @@ class FindingsApi:
             "schema_version": SCHEMA_VERSION,
             "generated_at_ms": now_ms,
             "generated_at": iso_ms(now_ms),
-            "clusters": [self._cluster(c, store.get(c.name), now_ms) for c in clusters],
+            "clusters": [self._cluster(c, _state(store, c.name), now_ms) for c in clusters],
         }
         return 200, _JSON, json.dumps(document).encode()
 
@@ -151,6 +151,13 @@ class FindingsApi:
                 for t in sorted(facts.listed, key=lambda t: (t.coordinator_id, t.transactional_id))
             ]
         return doc
+
+
+def _state(store: StateStore, cluster: str) -> ClusterState:
+    try:
+        return store.get(cluster)
+    except KeyError:  # a reload between reading the config and the store: nothing yet
+        return ClusterState(cluster=cluster)
 
 
 def findings_records(result: CycleResult, blocked: Sequence[BlockedGroupPartition]) -> list[dict[str, Any]]:
