@@ -184,8 +184,8 @@ def _explain(listen: str, bootstrap: str, topic: str, partition: int, start_offs
     base = _base_url(listen)
     print(
         f"""Kafka on {bootstrap}: transactional traffic on orders and payments, a long legitimate
-  transaction on payments-0, and a hanging one on {topic}-{partition} (start offset {start_offset},
-  back-dated 30 minutes). The exporter serves {base}/metrics and {base}/api/v1/findings.
+  transaction on payments-0, a hanging one on {topic}-{partition} (start offset {start_offset}, 30 min old).
+The exporter serves {base}/metrics and {base}/api/v1/findings.
 Spark starts in the background; then one line per cycle. Ctrl-C stops everything.
 """,
         flush=True,

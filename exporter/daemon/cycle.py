@@ -60,6 +60,7 @@ class ClusterJob:
         #: Scheduled runs skipped since the last cycle ended: logged once, when it ends.
         self._skipped = 0
         self._finished_once = False
+        self._behind = False
 
     def restore_memory(self, store: MemoryStore) -> None:
         """Keep the memory in ``store`` from now on, going on from what a previous process
@@ -214,15 +215,15 @@ class ClusterJob:
         self._metrics.cycle_duration.labels(self.cluster.name).observe(seconds)
         skipped, self._skipped = self._skipped, 0
         first, self._finished_once = not self._finished_once, True
-        if not skipped:
-            log.info("cycle for cluster %s: %s in %.2f s", self.cluster.name, outcome, seconds)
-            return
-        # A first cycle outlasts its interval while Spark starts; later ones should not.
-        log.log(
-            logging.INFO if first else logging.WARNING,
-            "cycle for cluster %s: %s in %.2f s, longer than its interval: %d scheduled run(s) skipped",
-            self.cluster.name,
-            outcome,
-            seconds,
-            skipped,
-        )
+        level, note = logging.INFO, ""
+        if skipped:
+            note = f", longer than its interval: {skipped} scheduled run(s) skipped"
+            # The first cycle outlasts its interval while Spark starts. A later one falling
+            # behind is a warning once; the cycles that stay behind say so at INFO.
+            if not first and not self._behind:
+                level = logging.WARNING
+            self._behind = not first
+        elif self._behind:
+            self._behind = False
+            note = ", within its interval again"
+        log.log(level, "cycle for cluster %s: %s in %.2f s%s", self.cluster.name, outcome, seconds, note)

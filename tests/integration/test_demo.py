@@ -67,7 +67,7 @@ def test_demo_shows_the_hanging_transaction_and_stops_on_ctrl_c(tmp_path: Path) 
             assert 'topic="orders"' in text
             assert 'kafka_txn_exporter_up{kafka_cluster="demo"} 1.0' in text
             shown = log_path.read_text()
-            assert f"The exporter serves http://127.0.0.1:{port}/metrics" in shown
+            assert f"The exporter serves http://127.0.0.1:{port}/metrics and" in shown
             # One status line per cycle, without curl; the next steps once it is found.
             assert re.search(r"\d\d:\d\d:\d\d cycle 1 \(", shown), shown
             deadline = time.monotonic() + 60

@@ -116,7 +116,7 @@ def _job(registry: CollectorRegistry) -> ClusterJob:
     )
 
 
-def test_a_streak_of_skipped_runs_is_counted_each_and_logged_once_when_the_cycle_ends(
+def test_a_streak_of_skipped_runs_is_counted_each_and_said_once_in_the_line_of_the_cycle_that_caused_it(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     registry = CollectorRegistry()
@@ -124,22 +124,23 @@ def test_a_streak_of_skipped_runs_is_counted_each_and_logged_once_when_the_cycle
     with caplog.at_level(logging.DEBUG, logger="exporter.daemon.cycle"):
         for _ in range(3):  # the first cycle waits for Spark: APScheduler skips its runs
             job.skipped()
-        assert caplog.records == []
+        assert caplog.records == []  # nothing per skipped run
         job.run_cycle()
+        job.run_cycle()
+        job.skipped()  # falling behind: a warning, once
         job.run_cycle()
         job.skipped()
+        job.skipped()  # still behind: said at INFO
         job.run_cycle()
+        job.run_cycle()  # keeping up again
     skipped = registry.get_sample_value("kafka_txn_exporter_cycles_skipped_total", {"kafka_cluster": "prod"})
-    assert skipped == 4
+    assert skipped == 6
     lines = [(r.levelno, re.sub(r"in \d+\.\d\d s", "in N s", r.getMessage())) for r in caplog.records]
+    behind = "cycle for cluster prod: complete in N s, longer than its interval: {} scheduled run(s) skipped"
     assert lines == [
-        (
-            logging.INFO,
-            "cycle for cluster prod: complete in N s, longer than its interval: 3 scheduled run(s) skipped",
-        ),
+        (logging.INFO, behind.format(3)),
         (logging.INFO, "cycle for cluster prod: complete in N s"),
-        (
-            logging.WARNING,
-            "cycle for cluster prod: complete in N s, longer than its interval: 1 scheduled run(s) skipped",
-        ),
+        (logging.WARNING, behind.format(1)),
+        (logging.INFO, behind.format(2)),
+        (logging.INFO, "cycle for cluster prod: complete in N s, within its interval again"),
     ]
