@@ -172,6 +172,8 @@ class ClusterJob:
                 rules=self.attribution,
             )
         except (PipelineUnavailableError, PipelineTimeoutError) as e:  # supervised: one line
+            if self._stopping.is_set():
+                return  # stop() cut the cycle short: not a problem to report
             log.warning("pipeline not run for cluster %s: %s", name, e)
             self._finish(replace(state, up=False), "failed", started)
             return
