@@ -24,19 +24,21 @@ import contextlib
 import logging
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from exporter.config import SparkConfig
+from exporter.config import SparkConfig, is_secret_spark_setting
 from exporter.pipeline.class_archive import archive_options, mapped_archive, refuse_archive
 
 log = logging.getLogger(__name__)
@@ -260,8 +262,14 @@ def spark_session(config: SparkConfig, *, short_lived: bool = False) -> SparkSes
     """Start (or return the already running) Spark session described by ``config``.
 
     ``short_lived``: a session for one command (the CLI), tuned to start rather than to run.
+
+    A classic session's settings reach its JVM on spark-submit's command line, which any
+    local user reads in ``ps``: the secret ones (:func:`~exporter.config.is_secret_spark_setting`)
+    go through a properties file only this process can read instead, deleted once the JVM
+    has read it (:func:`secrets_file`). Spark Connect sends every setting over its channel.
     """
     conf = session_conf(config, short_lived=short_lived)
+    secrets = {} if config.connect_url else {k: v for k, v in conf.items() if is_secret_spark_setting(k)}
     if config.connect_url:
         builder = SparkSession.builder.remote(config.connect_url)
         where = config.redacted_connect_url
@@ -269,14 +277,17 @@ def spark_session(config: SparkConfig, *, short_lived: bool = False) -> SparkSes
         builder = SparkSession.builder.master(config.master).appName(config.app_name)
         where = config.master
     for key, value in conf.items():
-        builder = builder.config(key, value)
+        if key not in secrets:
+            builder = builder.config(key, value)
     embedded = is_embedded(config)
     if not embedded:
         log.info("starting Spark session on %s", where)
     try:
         if embedded:
             launch_driver(driver_conf(config, short_lived=short_lived))  # unless launched early
-        session = builder.getOrCreate()
+        # The embedded driver got its secrets at launch; another classic one gets them here.
+        with secrets_file({} if embedded else secrets):
+            session = builder.getOrCreate()
     except Exception as e:
         archive = mapped_archive(config) if is_embedded(config) else None
         if archive is None:
@@ -311,16 +322,23 @@ def driver_age_s() -> float | None:
     return time.monotonic() - _launched_at[-1] if _launched_at else None
 
 
+#: Held while this process launches a driver JVM (never around a Spark call).
+_launch_lock = threading.Lock()
+
+
 def launch_driver(conf: Mapping[str, str]) -> None:
     """Launch the embedded driver JVM as PySpark would (``spark-submit`` with ``conf``), unless
     one runs, but with its standard output and error on a pipe: :func:`relay_driver_output`
     logs its lines (``exporter.pipeline.jvm``), so that its start-up banner is not printed on
     the daemon's log or the CLI's stderr at the default level, and nothing of it reaches the
-    CLI's standard output (a JSON document). ``getOrCreate`` then finds the gateway ready."""
+    CLI's standard output (a JSON document). ``getOrCreate`` then finds the gateway ready.
+
+    The secret settings (:func:`~exporter.config.is_secret_spark_setting`) go through
+    :func:`secrets_file`, never on spark-submit's command line."""
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
-    with SparkContext._lock:
+    with _launch_lock:
         if SparkContext._gateway is not None:
             return
         # The embedded driver binds to loopback; without this Spark looks up the host name.
@@ -329,14 +347,18 @@ def launch_driver(conf: Mapping[str, str]) -> None:
             os.environ.setdefault(key, value)
         log.info("starting Spark session on %s", conf.get("spark.master", "local"))
         _launched_at[:] = [time.monotonic()]
+        secrets = {k: v for k, v in conf.items() if is_secret_spark_setting(k)}
         spark_conf = SparkConf()
         for key, value in conf.items():
-            spark_conf.set(key, value)
-        gateway = launch_gateway(  # type: ignore[no-untyped-call]
-            spark_conf, popen_kwargs={"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
-        )
-        SparkContext._gateway = gateway
-        SparkContext._jvm = gateway.jvm
+            if key not in secrets:
+                spark_conf.set(key, value)
+        with secrets_file(secrets):
+            gateway = launch_gateway(  # type: ignore[no-untyped-call]
+                spark_conf, popen_kwargs={"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+            )
+        with SparkContext._lock:
+            SparkContext._gateway = gateway
+            SparkContext._jvm = gateway.jvm
     proc = getattr(gateway, "proc", None)
     if proc is not None and proc.stdout is not None:
         threading.Thread(
@@ -358,6 +380,53 @@ def relay_driver_output(stream: IO[bytes]) -> None:
             if line:
                 level = jvm_line_level(line, level)
                 jvm_log.log(level, "%s", line)
+
+
+#: How PySpark is told to launch spark-submit (its extra arguments; "pyspark-shell" alone
+#: by default).
+SUBMIT_ARGS_ENV = "PYSPARK_SUBMIT_ARGS"
+_submit_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def secrets_file(settings: Mapping[str, str]) -> Iterator[Path | None]:
+    """While a JVM is launched: ``settings`` in a properties file readable by this process
+    only (mode 0600, in a directory of its own), named to spark-submit by
+    ``--properties-file`` in :data:`SUBMIT_ARGS_ENV` (the file's name is on the command line,
+    never its content). Deleted, and the variable restored, on leaving. Nothing without
+    settings."""
+    if not settings:
+        yield None
+        return
+    with _submit_lock, tempfile.TemporaryDirectory(prefix="kte-spark-") as directory:
+        path = Path(directory) / "secrets.properties"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.writelines(f"{_escape(k)}={_escape(v)}\n" for k, v in settings.items())
+        before = os.environ.get(SUBMIT_ARGS_ENV)
+        named = f"--properties-file {shlex.quote(str(path))}"
+        os.environ[SUBMIT_ARGS_ENV] = f"{named} {before or 'pyspark-shell'}"
+        try:
+            yield path
+        finally:
+            if before is None:
+                os.environ.pop(SUBMIT_ARGS_ENV, None)
+            else:
+                os.environ[SUBMIT_ARGS_ENV] = before
+
+
+def _escape(text: str) -> str:
+    """A key or value as java.util.Properties reads it back (spark-submit reads UTF-8 and
+    trims the value)."""
+    out = []
+    for i, c in enumerate(text):
+        if c in "\\=:#!" or (c == " " and i == 0):
+            out.append("\\" + c)
+        elif c in "\n\r\t\f":
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}[c])
+        else:
+            out.append(c)
+    return "".join(out)
 
 
 #: The JVM classes a classic session reaches through py4j for every column expression and
