@@ -296,6 +296,7 @@ def test_a_cold_find_hanging_shows_its_progress_on_a_terminal_and_debug_shows_th
 
 
 def test_report_shows_its_progress_on_a_terminal_and_nothing_in_a_pipe(tmp_path: Path) -> None:
+    (tmp_path / "cycles").mkdir()  # a history with nothing in the window yet
     argv = ["report", "--history", str(tmp_path), "--since", "1h"]
     code, _, terminal = _on_a_terminal(argv, {})
     assert code == 0, terminal[-3000:]
