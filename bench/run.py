@@ -18,7 +18,8 @@ In order, each as a subprocess with a time limit, its output streamed as it come
    daemon's last cycle (``--exporter``), on its warm engine and cold, beside Kafka's tool;
 7. the same at 10k partitions for 5+ minutes, without and with the class archive: RSS peak
    and slope after minute 2;
-8. the same on 3 brokers / 10k partitions: the daemon's cycle against Kafka's find-hanging.
+8. the same on 3 brokers / 10k partitions: the daemon's cycle against Kafka's find-hanging;
+9. ``bench/image_sizes.py``: the sizes of the images built (tests/image builds them).
 
 Then one table: each figure beside its target and its anchor (the figure before this work,
 from the issue). Scripts report figures as ``FIGURE<TAB>name<TAB>value`` lines.
@@ -178,6 +179,8 @@ STEPS = (
         ),
         1500.0,
     ),
+    # The sizes of the images tests/image (or python -m testbed.image build) built; builds none.
+    Step("images", "image_sizes.py", (), (), 120.0),
 )
 
 #: (figure, name prefixes to look for in order, target as (comparison, value) or None,
@@ -301,6 +304,8 @@ TARGETS: tuple[tuple[str, tuple[str, ...], tuple[str, float] | None, str], ...] 
         None,
         "4.2",
     ),
+    ("image size, full: JRE, Spark (MB)", ("image_size_mb@runtime",), None, "1600 (issue)"),
+    ("image size, thin: Connect client (MB)", ("image_size_mb@thin",), ("<=", 300), "-"),
 )
 
 

@@ -211,6 +211,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from exporter.daemon.listen import ListenError
 
     stop = SignalStop()
+    # Before the first thread starts (the history writer's starts with the Daemon): its
+    # imports can then never race another thread's (exporter/daemon/preload.py).
+    from exporter.daemon.preload import import_before_threads
+
+    import_before_threads(config)
     daemon = Daemon(config)
     try:
         try:

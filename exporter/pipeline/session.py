@@ -39,6 +39,7 @@ from typing import IO, Any
 from pyspark.sql import DataFrame, SparkSession
 
 from exporter.config import SparkConfig, is_secret_spark_setting
+from exporter.logs import JVM_LOGGER, jvm_line_level
 from exporter.pipeline.class_archive import archive_options, mapped_archive, refuse_archive
 
 log = logging.getLogger(__name__)
@@ -370,8 +371,6 @@ def relay_driver_output(stream: IO[bytes]) -> None:
     """Log every line the driver JVM writes, at the level :func:`exporter.logs.jvm_line_level`
     gives it, until the JVM closes its end. Reading never stops early: a full pipe would
     block the JVM."""
-    from exporter.logs import JVM_LOGGER, jvm_line_level
-
     jvm_log = logging.getLogger(JVM_LOGGER)
     level = logging.WARNING
     with contextlib.suppress(Exception), stream:
