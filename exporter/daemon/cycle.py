@@ -57,6 +57,10 @@ class ClusterJob:
         self.attribution: tuple[AttributionRule, ...] = BUILTIN_RULES
         #: Where the memory outlives the process (config ``state_dir``); None: nowhere.
         self.memory_store: MemoryStore | None = None
+        #: Scheduled runs skipped since the last cycle ended: logged once, when it ends.
+        self._skipped = 0
+        self._finished_once = False
+        self._behind = False
 
     def restore_memory(self, store: MemoryStore) -> None:
         """Keep the memory in ``store`` from now on, going on from what a previous process
@@ -121,8 +125,9 @@ class ClusterJob:
             heap.trim()
 
     def skipped(self) -> None:
-        """A scheduled run that did not start because the previous one was still running."""
-        log.warning("cycle for cluster %s skipped: the previous cycle is still running", self.cluster.name)
+        """A scheduled run that did not start because the previous one was still running:
+        counted now, logged once for the whole streak when the running cycle ends."""
+        self._skipped += 1
         self._metrics.cycles_skipped.labels(self.cluster.name).inc()
 
     def _run_cycle(self) -> None:
@@ -170,6 +175,8 @@ class ClusterJob:
                 rules=self.attribution,
             )
         except (PipelineUnavailableError, PipelineTimeoutError) as e:  # supervised: one line
+            if self._stopping.is_set():
+                return  # stop() cut the cycle short: not a problem to report
             log.warning("pipeline not run for cluster %s: %s", name, e)
             self._finish(replace(state, up=False), "failed", started)
             return
@@ -211,4 +218,17 @@ class ClusterJob:
         seconds = time.monotonic() - started
         self._metrics.cycles.labels(self.cluster.name, outcome).inc()
         self._metrics.cycle_duration.labels(self.cluster.name).observe(seconds)
-        log.info("cycle for cluster %s: %s in %.2f s", self.cluster.name, outcome, seconds)
+        skipped, self._skipped = self._skipped, 0
+        first, self._finished_once = not self._finished_once, True
+        level, note = logging.INFO, ""
+        if skipped:
+            note = f", longer than its interval: {skipped} scheduled run(s) skipped"
+            # The first cycle outlasts its interval while Spark starts. A later one falling
+            # behind is a warning once; the cycles that stay behind say so at INFO.
+            if not first and not self._behind:
+                level = logging.WARNING
+            self._behind = not first
+        elif self._behind:
+            self._behind = False
+            note = ", within its interval again"
+        log.log(level, "cycle for cluster %s: %s in %.2f s%s", self.cluster.name, outcome, seconds, note)
