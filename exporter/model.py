@@ -563,6 +563,9 @@ class CycleResult:
     #: The consumer-group family (None when not configured or no group offsets were read).
     groups: GroupsResult | None = None
     memory: PipelineMemory = field(default_factory=PipelineMemory)
+    #: The pipeline's families whose computation failed this cycle (their outputs are empty,
+    #: their memory is the previous cycle's); see ``exporter.pipeline.rounds``.
+    failed_families: tuple[str, ...] = ()
 
 
 # --- consumer groups and attribution (blast radius) ---------------------------------------

@@ -102,6 +102,7 @@ EXPORTER_STAGE_DURATION = "kafka_txn_exporter_stage_duration_seconds"
 EXPORTER_CYCLES = "kafka_txn_exporter_cycles_total"
 EXPORTER_CYCLES_SKIPPED = "kafka_txn_exporter_cycles_skipped_total"
 EXPORTER_REQUEST_ERRORS = "kafka_txn_exporter_request_errors_total"
+EXPORTER_PIPELINE_FAMILY_ERRORS = "kafka_txn_exporter_pipeline_family_errors_total"
 EXPORTER_BUILD_INFO = "kafka_txn_exporter_build_info"
 EXPORTER_TRANSACTIONAL_IDS_VISIBLE = "kafka_txn_exporter_transactional_ids_visible"
 
@@ -162,6 +163,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(EXPORTER_CYCLES, "counter", ("result",)),
     Family(EXPORTER_CYCLES_SKIPPED, "counter"),
     Family(EXPORTER_REQUEST_ERRORS, "counter", ("api", "error")),
+    Family(EXPORTER_PIPELINE_FAMILY_ERRORS, "counter", ("family",)),
     Family(EXPORTER_BUILD_INFO, "gauge", ("version",), per_cluster=False),
     Family(EXPORTER_TRANSACTIONAL_IDS_VISIBLE, "gauge"),
 )

@@ -19,6 +19,7 @@ from exporter import __version__
 from exporter.metrics.groups import render_group_families
 from exporter.metrics.state import ClusterState, StateStore
 from exporter.model import COORDINATOR_STATES, CycleResult, Finding, PipelineSettings, TxnClass
+from exporter.pipeline.families import family_names
 
 PREFIX = "kafka_txn"
 DEFAULT_CLUSTER_LABEL = "kafka_cluster"
@@ -52,6 +53,13 @@ class ExporterMetrics:
             [cluster_label, "api", "error"],
             registry=registry,
         )
+        self.family_errors = Counter(
+            f"{PREFIX}_exporter_pipeline_family_errors",
+            "Cycles in which one metric family of the pipeline failed (its series are absent for "
+            "that cycle and what it remembers is kept); the cluster's other families were published.",
+            [cluster_label, "family"],
+            registry=registry,
+        )
         self.cycles_skipped = Counter(
             f"{PREFIX}_exporter_cycles_skipped",
             "Scheduled cycles that did not run because the previous cycle of the cluster was "
@@ -73,6 +81,8 @@ class ExporterMetrics:
             self.cycles_skipped.labels(cluster)
             for result in CYCLE_RESULTS:
                 self.cycles.labels(cluster, result)
+            for family in family_names():
+                self.family_errors.labels(cluster, family)
 
 
 class TransactionHealthCollector(Collector):

@@ -1,45 +1,7 @@
-"""Whose transaction: a transactional id mapped to an ``application`` by ordered rules.
-
-The rules (:mod:`exporter.groups_config`: built-ins for Kafka Streams, Flink's KafkaSink and
-Spring, then the user's regexes) become ONE Spark Column expression, a chain of
-``CASE WHEN id RLIKE p THEN ...``: pure DataFrame API, evaluated in the JVM (no Python UDF),
-the same on a classic session and on Spark Connect. The first rule that matches and yields
-a non-empty name wins; no match (or a null id) gives null.
-"""
+"""Whose transaction: see :mod:`exporter.pipeline.families.attribution`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from exporter.pipeline.families.attribution import application_column
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
-
-from exporter.groups_config import BUILTIN_RULES, AttributionRule, java_pattern
-
-#: Separators a prefix usually ends with (``tx-``, ``orders.``), dropped from the name.
-_TRAILING_SEPARATORS = r"[-_.]+$"
-
-
-def _rule_value(rule: AttributionRule, tid: Column) -> Column:
-    pattern = java_pattern(rule.pattern)
-    if rule.application is not None:
-        return F.lit(rule.application)
-    extracted = F.regexp_extract(tid, pattern, rule.group_index)
-    return F.regexp_replace(extracted, _TRAILING_SEPARATORS, "")
-
-
-def application_column(
-    transactional_id: Column | str,
-    rules: Sequence[AttributionRule] = BUILTIN_RULES,
-) -> Column:
-    """The application of ``transactional_id`` (a column or column name), null when no rule
-    matches."""
-    tid = F.col(transactional_id) if isinstance(transactional_id, str) else transactional_id
-    result: Column | None = None
-    for rule in rules:
-        value = _rule_value(rule, tid)
-        condition = tid.rlike(java_pattern(rule.pattern)) & (F.length(value) > 0)
-        result = F.when(condition, value) if result is None else result.when(condition, value)
-    if result is None:
-        return F.lit(None).cast("string")
-    return result.otherwise(F.lit(None).cast("string"))
+__all__ = ["application_column"]

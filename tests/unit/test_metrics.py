@@ -6,14 +6,18 @@ from __future__ import annotations
 import shutil
 import subprocess
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from exporter.config import parse_config
+from exporter.daemon.cycle import ClusterJob
 from exporter.metrics.collector import ExporterMetrics, TransactionHealthCollector
 from exporter.metrics.state import ClusterState, StateStore
 from exporter.model import (
     BrokerMetrics,
+    ClusterSnapshot,
     CoordinatorCount,
     CoordinatorMetrics,
     CycleResult,
@@ -26,6 +30,7 @@ from exporter.model import (
     TxnClass,
     UnknownReason,
 )
+from exporter.pipeline.families import family_names
 
 NOW = 1_800_000_000.0
 
@@ -248,3 +253,37 @@ def test_readiness_needs_a_complete_cycle() -> None:
     assert not store.ready
     store.put(ClusterState(cluster="b", up=True, cycles_complete=1))
     assert store.ready
+
+
+class _Collector:
+    def collect(self, **_: Any) -> ClusterSnapshot:
+        return ClusterSnapshot(cluster="prod", taken_at_ms=int(NOW * 1000))
+
+    def close(self) -> None:
+        pass
+
+
+class _PipelineWithAFailedFamily:
+    def compute(self, snapshot: ClusterSnapshot, memory: PipelineMemory | None, now_ms: int, **_: Any) -> Any:
+        return CycleResult(cluster="prod", computed_at_ms=now_ms, failed_families=("groups",))
+
+
+def test_a_failed_pipeline_family_is_counted_per_cluster_and_family_from_zero() -> None:
+    registry = CollectorRegistry()
+    config = parse_config({"clusters": [{"name": "prod", "bootstrap_servers": "127.0.0.1:1"}]}, env={})
+    job = ClusterJob(
+        config.clusters[0],
+        _Collector(),  # type: ignore[arg-type]
+        _PipelineWithAFailedFamily(),  # type: ignore[arg-type]
+        StateStore(["prod"]),
+        ExporterMetrics(registry, ["prod", "idle"]),
+        clock=lambda: NOW,
+    )
+    name = "kafka_txn_exporter_pipeline_family_errors_total"
+    for cluster in ("prod", "idle"):
+        for family in family_names():
+            assert registry.get_sample_value(name, {"kafka_cluster": cluster, "family": family}) == 0
+    job.run_cycle()
+    assert registry.get_sample_value(name, {"kafka_cluster": "prod", "family": "groups"}) == 1
+    assert registry.get_sample_value(name, {"kafka_cluster": "prod", "family": "classification"}) == 0
+    assert {"classification", "groups", "coordinators"} <= set(family_names())
