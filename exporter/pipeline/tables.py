@@ -428,11 +428,20 @@ class Tables:
 
     def __getitem__(self, name: str) -> DataFrame:
         if name not in self._frames:
-            record = self.record(name)
-            table = keyed_arrow(record, self.rows(name))
-            schema = keyed_schema(record)
-            if self._handover is not None:
-                self._frames[name] = self._handover.frame(table, schema)
-            else:
-                self._frames[name] = one_partition(self._spark.createDataFrame(table, schema))
+            self._frames[name] = self.frame_in(name, self._spark)
         return self._frames[name]
+
+    def frame_in(self, name: str, session: SparkSession) -> DataFrame:
+        """The table as a new DataFrame of ``session`` (another session of the same
+        SparkContext: ``session.compiled_leaf``)."""
+        record = self.record(name)
+        table = keyed_arrow(record, self.rows(name))
+        schema = keyed_schema(record)
+        if self._handover is not None:
+            return self._handover.frame(table, schema, session=session)
+        return one_partition(session.createDataFrame(table, schema))
+
+    def put(self, name: str, frame: DataFrame) -> None:
+        """Give the table as a frame of the round (with the cluster column): a family computed
+        over tables of its own (``families.groups.compute_groups``)."""
+        self._frames[name] = frame

@@ -25,8 +25,35 @@ RoundRows = dict[str, dict[int, list[dict[str, Any]]]]
 
 
 def collect(seconds: dict[str, float], out: Mapping[str, tuple[Sequence[Column], DataFrame]]) -> RoundRows:
-    """Every output table (its columns, read by name, and its frame) in one Spark action;
-    the action's time is recorded in ``seconds["collect"]``.
+    """Every output table (its columns, read by name, and its frame) in one Spark action
+    (:func:`union`); the action's time is recorded in ``seconds["collect"]``."""
+    if not out:
+        return {}
+    frame, placed = union(out)
+    started = time.perf_counter()
+    arrow: pa.Table = frame.toArrow()
+    seconds["collect"] = time.perf_counter() - started
+    tags = arrow.column("_table")
+    rows: RoundRows = {}
+    for table, slots in placed.items():
+        mine = (
+            arrow.filter(pc.equal(tags, table))
+            .select([slot for _, slot in slots])
+            .rename_columns([c.name for c, _ in slots])
+            .to_pylist()
+        )
+        by_cluster: dict[int, list[dict[str, Any]]] = {}
+        for row in mine:
+            by_cluster.setdefault(row[CLUSTER], []).append(row)
+        rows[table] = by_cluster
+    return rows
+
+
+def union(
+    out: Mapping[str, tuple[Sequence[Column], DataFrame]],
+) -> tuple[DataFrame, dict[str, list[tuple[Column, str]]]]:
+    """Every output table in one frame (a ``_table`` tag, typed slots), and where each
+    table's columns are in it.
 
     The union's columns are typed slots shared by the tables (``bigint_0``, ``bigint_1``, ...,
     ``string_0``, ..., ``boolean_0``, ...): each table puts its columns, by its record's
@@ -41,8 +68,6 @@ def collect(seconds: dict[str, float], out: Mapping[str, tuple[Sequence[Column],
     arguments) rather than a chain of ``unionByName``: a classic session analyses every
     DataFrame step eagerly, and a dozen growing unions cost more than the rest of the plan.
     """
-    if not out:
-        return {}
     placed = {table: _slots(columns) for table, (columns, _) in out.items()}
     width: dict[str, int] = {}
     types: dict[str, DataType] = {}
@@ -64,27 +89,9 @@ def collect(seconds: dict[str, float], out: Mapping[str, tuple[Sequence[Column],
     frames: dict[str, Any] = {table: frame for table, (_, frame) in out.items()}
     if _is_connect(next(iter(frames.values()))):
         schema = [("_table", StringType()), *((slot, types[kind]) for slot, kind in every)]
-        union = _connect_union(frames, selects, schema)
-    else:
-        branches = [f"SELECT {', '.join(values)} FROM {{{table}}}" for table, values in selects.items()]
-        union = next(iter(frames.values())).sparkSession.sql("\nUNION ALL\n".join(branches), **frames)
-    started = time.perf_counter()
-    arrow: pa.Table = union.toArrow()
-    seconds["collect"] = time.perf_counter() - started
-    tags = arrow.column("_table")
-    rows: RoundRows = {}
-    for table, slots in placed.items():
-        mine = (
-            arrow.filter(pc.equal(tags, table))
-            .select([slot for _, slot in slots])
-            .rename_columns([c.name for c, _ in slots])
-            .to_pylist()
-        )
-        by_cluster: dict[int, list[dict[str, Any]]] = {}
-        for row in mine:
-            by_cluster.setdefault(row[CLUSTER], []).append(row)
-        rows[table] = by_cluster
-    return rows
+        return _connect_union(frames, selects, schema), placed
+    branches = [f"SELECT {', '.join(values)} FROM {{{table}}}" for table, values in selects.items()]
+    return next(iter(frames.values())).sparkSession.sql("\nUNION ALL\n".join(branches), **frames), placed
 
 
 def _is_connect(frame: DataFrame) -> bool:

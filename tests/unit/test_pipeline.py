@@ -42,7 +42,7 @@ from exporter.model import (
     WatchedTransaction,
 )
 from exporter.pipeline.compute import FINDINGS_OUTPUTS, ComputeStats, compute
-from exporter.pipeline.session import PLAN_DEFAULTS, codegen_session, rehome, session_conf
+from exporter.pipeline.session import PLAN_DEFAULTS, compiled_leaf, session_conf
 
 NOW = 1_700_000_000_000
 SEC = 1000
@@ -1146,16 +1146,21 @@ def test_a_step_planned_in_the_code_generating_session_is_read_by_the_cycles_ses
 ) -> None:
     from pyspark.sql import functions as F
 
-    child = codegen_session(spark)
+    planned_in: list[SparkSession] = []
+
+    def step(session: SparkSession) -> DataFrame:
+        planned_in.append(session)
+        return session.range(5).groupBy((F.col("id") % 2).alias("k")).count()
+
+    leaf = compiled_leaf(spark, step)
+    compiled_leaf(spark, step)
+    child = planned_in[0]
     assert child is not spark
-    assert codegen_session(spark) is child
+    assert planned_in == [child, child]  # one session of its own, made once
     assert child.conf.get("spark.sql.codegen.wholeStage") == "true"
     assert spark.conf.get("spark.sql.codegen.wholeStage") == "false"  # the cycle's stays interpreted
-    leaf = child.range(5).groupBy((F.col("id") % 2).alias("k")).count().localCheckpoint(eager=False)
-    moved = rehome(leaf, spark)
-    assert moved.sparkSession is spark
-    assert sorted(tuple(r) for r in moved.collect()) == [(0, 3), (1, 2)]
-    assert rehome(moved, spark) is moved
+    assert leaf.sparkSession is spark
+    assert sorted(tuple(r) for r in leaf.collect()) == [(0, 3), (1, 2)]
 
 
 def test_the_group_familys_large_step_compiles_once_and_gives_the_interpreted_results(
@@ -1164,7 +1169,7 @@ def test_the_group_familys_large_step_compiles_once_and_gives_the_interpreted_re
     """The family aggregates every offset row in the code-generating session: its plan holds
     no clock, so after the first cycles nothing more is compiled however the clock moves,
     and every output equals the family's run interpreted."""
-    import exporter.pipeline.groups as family
+    from exporter.pipeline import session
 
     jvm = spark.sparkContext._jvm
     assert jvm is not None
@@ -1199,7 +1204,7 @@ def test_the_group_familys_large_step_compiles_once_and_gives_the_interpreted_re
     compiled_run = cycles()
     last = compiled_run[-1]
     assert last is not None and last.blocked and last.lags
-    monkeypatch.setattr(family, "codegen_session", lambda session: session)
+    monkeypatch.setattr(session, "_codegen_session", lambda spark: spark)
     assert cycles() == compiled_run
 
 
@@ -1614,3 +1619,38 @@ def test_a_cycle_runs_as_one_spark_job_with_no_broadcast_and_no_shuffle_between_
     info = tracker.getJobInfo(jobs[0])
     assert info is not None
     assert len(info.stageIds) == 1
+
+
+# --- attribution: open transactions by application, groups or not ------------------------------
+
+
+@pytest.mark.parametrize("groups", [None, GroupsConfig(enabled=False), GroupsConfig(enabled=True)])
+def test_open_transactions_are_counted_per_application_and_class_whether_or_not_groups_are_on(
+    spark: SparkSession, groups: GroupsConfig | None
+) -> None:
+    streams = "order-enricher-3f2b8c1e-9a4d-4e7f-b1c2-0d9e8f7a6b5c-1"
+    snap = snapshot(
+        producers=[
+            producer("t", 0, pid=1),
+            producer("t", 1, pid=2, last_ts=NOW - MIN),
+            producer("t", 2, pid=3, last_ts=NOW - MIN),
+        ],
+        partitions=[offsets("t", p) for p in range(3)],
+        listed_txns=[listed(streams, 2), listed("adhoc", 3)],
+        txns=[described(streams, pid=2, parts=(("t", 1),)), described("adhoc", pid=3, parts=(("t", 2),))],
+    )
+    result = compute(spark, snap, AT_ONCE, None, NOW, groups=groups)
+    assert [(a.application, a.txn_class, a.count) for a in result.open_transactions_by_application] == [
+        ("order-enricher", TxnClass.ONGOING, 1),
+        ("unknown", TxnClass.HANGING, 1),  # no transactional id: pid 1 is listed nowhere
+        ("unknown", TxnClass.ONGOING, 1),  # "adhoc": no rule matches
+    ]
+    # the group family is there (empty) whenever groups are on, offsets read or not
+    assert (result.groups is not None) == bool(groups and groups.enabled)
+    if result.groups is not None:
+        assert result.groups.lags == () and result.groups.blocked == ()
+
+
+def test_no_open_transaction_counts_no_application(spark: SparkSession) -> None:
+    result = compute(spark, snapshot(partitions=[offsets(hw=10, lso=10)]), AT_ONCE, None, NOW)
+    assert result.open_transactions_by_application == ()

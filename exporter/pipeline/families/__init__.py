@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from exporter.pipeline.families.base import Family
 
-_NOT_FAMILIES = frozenset({"base", "attribution"})
+_NOT_FAMILIES = frozenset({"base"})
 
 
 @functools.cache

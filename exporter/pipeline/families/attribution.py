@@ -1,24 +1,31 @@
-"""Whose transaction: a transactional id mapped to an ``application`` by ordered rules.
+"""Attribution: whose transaction. A transactional id is mapped to an ``application`` by
+ordered rules, and the open transactions are counted per application and class (the family:
+groups or not, attribution belongs to the transactions).
 
-The rules (:mod:`exporter.groups_config`: built-ins for Kafka Streams, Flink's KafkaSink and
-Spring, then the user's regexes) become ONE Spark Column expression, a chain of
-``CASE WHEN id RLIKE p THEN ...``: pure DataFrame API, evaluated in the JVM (no Python UDF),
-the same on a classic session and on Spark Connect. The first rule that matches and yields
-a non-empty name wins; no match (or a null id) gives null. In a round, each distinct set of
-rules is one such chain, chosen by the cluster (:func:`round_application_column`): one chain
-when every cluster has the same rules, as a fleet configured in one file has.
+The rules (:mod:`exporter.groups_config`: built-ins for Kafka Streams and Flink's KafkaSink,
+Spring's for the prefixes it is given, the user's regexes) become ONE Spark Column
+expression, a chain of ``CASE WHEN id RLIKE p THEN ...``: pure DataFrame API, evaluated in the
+JVM (no Python UDF), the same on a classic session and on Spark Connect. The first rule that
+matches and yields a non-empty name wins; no match (or a null id) gives null. The
+classification computes each transaction's application with it. In a round, each distinct
+set of rules is one such chain, chosen by the cluster (:func:`round_application_column`): one
+chain when every cluster has the same rules, as a fleet configured in one file has.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from exporter.groups_config import BUILTIN_RULES, AttributionRule, java_pattern
-from exporter.pipeline.families.base import Context
-from exporter.pipeline.tables import CLUSTER
+from exporter.model import ApplicationTransactions
+from exporter.pipeline.families.base import Assembly, Context, Family, Output, Parts
+from exporter.pipeline.tables import CLUSTER, records_of
+
+#: The application label of a transaction no rule attributes (or whose id is unknown).
+UNKNOWN_APPLICATION = "unknown"
 
 #: Separators a prefix usually ends with (``tx-``, ``orders.``), dropped from the name.
 _TRAILING_SEPARATORS = r"[-_.]+$"
@@ -63,3 +70,32 @@ def round_application_column(ctx: Context, transactional_id: Column) -> Column:
         chosen = F.when(picks, applied) if chosen is None else chosen.when(picks, applied)
     assert chosen is not None
     return chosen
+
+
+def _frames(ctx: Context, selected: frozenset[str]) -> dict[str, DataFrame]:
+    """Open transactions per application and class, from the classified transactions."""
+    classified = ctx.classified_frame
+    if classified is None:
+        return {}
+    application = F.coalesce(F.col("application"), F.lit(UNKNOWN_APPLICATION))
+    return {
+        "by_application": classified.groupBy(CLUSTER, application.alias("application"), "txn_class").count()
+    }
+
+
+def _assemble(a: Assembly) -> Parts:
+    counts = sorted(
+        records_of(ApplicationTransactions, a.of("by_application")),
+        key=lambda x: (x.application, x.txn_class),
+    )
+    return Parts(result={"open_transactions_by_application": tuple(counts)})
+
+
+FAMILY = Family(
+    name="attribution",
+    reads=(),
+    classified=True,
+    outputs=(Output("by_application", ApplicationTransactions),),
+    frames=_frames,
+    assemble=_assemble,
+)

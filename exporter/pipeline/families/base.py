@@ -186,9 +186,17 @@ class Context:
         return frame.where(F.col(CLUSTER).isin(*self._scope))
 
     def __getitem__(self, name: str) -> DataFrame:
+        self._check_reads(name)
+        return self._in_scope(self.tables[name])
+
+    def frame_in(self, name: str, session: SparkSession) -> DataFrame:
+        """The table ``name`` as a frame of another session of the same SparkContext."""
+        self._check_reads(name)
+        return self._in_scope(self.tables.frame_in(name, session))
+
+    def _check_reads(self, name: str) -> None:
         if self._reads is not None and name not in self._reads:
             raise KeyError(f"table {name} is not among the tables the family declares it reads")
-        return self._in_scope(self.tables[name])
 
     def empty(self, name: str) -> bool:
         rows = self.tables.rows(name)
