@@ -16,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from exporter import __version__
+from exporter.metrics.families import renderers
 from exporter.metrics.groups import render_group_families
 from exporter.metrics.state import ClusterState, StateStore
 from exporter.model import COORDINATOR_STATES, CycleResult, Finding, PipelineSettings, TxnClass
@@ -120,6 +121,9 @@ class TransactionHealthCollector(Collector):
         yield from self._broker_families(states)
         yield from self._coordinator_families(states)
         yield from self._finding_families(states)
+        results = [(s.cluster, r) for s, r in _results(states)]
+        for render in renderers():
+            yield from render(results, self._label)
         groups = [(s.cluster, r.groups) for s, r in _results(states) if r.groups is not None]
         if groups:
             yield from render_group_families(groups, cluster_label=self._label)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -14,6 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from exporter.config import parse_config
 from exporter.daemon.cycle import ClusterJob
 from exporter.metrics.collector import ExporterMetrics, TransactionHealthCollector
+from exporter.metrics.families import renderers
 from exporter.metrics.state import ClusterState, StateStore
 from exporter.model import (
     ApplicationTransactions,
@@ -303,3 +305,21 @@ def test_a_failed_pipeline_family_is_counted_per_cluster_and_family_from_zero() 
     assert registry.get_sample_value(name, {"kafka_cluster": "prod", "family": "groups"}) == 1
     assert registry.get_sample_value(name, {"kafka_cluster": "prod", "family": "classification"}) == 0
     assert {"classification", "groups", "coordinators"} <= set(family_names())
+
+
+def test_every_family_renderer_module_is_rendered_at_each_scrape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A renderer is found by its module (exporter/metrics/families): the collector renders
+    each one with every cluster's latest result, no list to extend."""
+    from prometheus_client.core import GaugeMetricFamily, Metric
+
+    from exporter.metrics import collector
+
+    def clusters(results: Sequence[tuple[str, CycleResult]], cluster_label: str) -> Iterator[Metric]:
+        family = GaugeMetricFamily("kafka_txn_test_clusters", "Clusters rendered.", labels=[cluster_label])
+        for cluster, _ in results:
+            family.add_metric([cluster], 1.0)
+        yield family
+
+    monkeypatch.setattr(collector, "renderers", lambda: (clusters,))
+    assert render().get_sample_value("kafka_txn_test_clusters", {"kafka_cluster": "prod"}) == 1
+    assert all(callable(r) for r in renderers())
