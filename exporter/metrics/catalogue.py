@@ -66,6 +66,9 @@ _FINDING = (
 # -- Kafka-derived ---------------------------------------------------------------------------
 PARTITION_MAX_ACTIVE_TRANSACTION_DURATION = "kafka_txn_partition_max_active_transaction_duration_seconds"
 PARTITION_LAST_STABLE_OFFSET_LAG = "kafka_txn_partition_last_stable_offset_lag"
+TOPIC_MAX_LAST_STABLE_OFFSET_LAG = "kafka_txn_topic_max_last_stable_offset_lag"
+TOPIC_MAX_ACTIVE_TRANSACTION_DURATION = "kafka_txn_topic_max_active_transaction_duration_seconds"
+TOPIC_PARTITIONS_WITH_OPEN_TRANSACTIONS = "kafka_txn_topic_partitions_with_open_transactions"
 PARTITIONS_WITH_LATE_TRANSACTIONS = "kafka_txn_partitions_with_late_transactions"
 MAX_LAST_STABLE_OFFSET_LAG = "kafka_txn_max_last_stable_offset_lag"
 HANGING_TRANSACTIONS = "kafka_txn_hanging_transactions"
@@ -116,6 +119,9 @@ PROMETHEUS_SERIES: dict[str, frozenset[str]] = {
 FAMILIES: tuple[Family, ...] = (
     Family(PARTITION_MAX_ACTIVE_TRANSACTION_DURATION, "gauge", ("topic", "partition")),
     Family(PARTITION_LAST_STABLE_OFFSET_LAG, "gauge", ("topic", "partition")),
+    Family(TOPIC_MAX_LAST_STABLE_OFFSET_LAG, "gauge", ("topic",)),
+    Family(TOPIC_MAX_ACTIVE_TRANSACTION_DURATION, "gauge", ("topic",)),
+    Family(TOPIC_PARTITIONS_WITH_OPEN_TRANSACTIONS, "gauge", ("topic",)),
     Family(PARTITIONS_WITH_LATE_TRANSACTIONS, "gauge", ("broker",)),
     Family(MAX_LAST_STABLE_OFFSET_LAG, "gauge", ("broker",)),
     Family(HANGING_TRANSACTIONS, "gauge", ("broker",)),

@@ -30,6 +30,7 @@ from exporter.model import (
     PipelineMemory,
     PipelineSettings,
     StartTimeSource,
+    TopicMetrics,
     TxnClass,
     UnknownReason,
 )
@@ -323,3 +324,14 @@ def test_every_family_renderer_module_is_rendered_at_each_scrape(monkeypatch: py
     monkeypatch.setattr(collector, "renderers", lambda: (clusters,))
     assert render().get_sample_value("kafka_txn_test_clusters", {"kafka_cluster": "prod"}) == 1
     assert all(callable(r) for r in renderers())
+
+
+def test_topic_series_one_per_topic() -> None:
+    topics = (TopicMetrics("orders", 42, 10_000_000, 1), TopicMetrics("pay", 0, None, 0))
+    r = render(cycle=replace(result(), topics=topics))
+    orders, pay = ({"kafka_cluster": "prod", "topic": t} for t in ("orders", "pay"))
+    assert r.get_sample_value("kafka_txn_topic_max_last_stable_offset_lag", orders) == 42
+    assert r.get_sample_value("kafka_txn_topic_max_active_transaction_duration_seconds", orders) == 10_000
+    assert r.get_sample_value("kafka_txn_topic_partitions_with_open_transactions", orders) == 1
+    assert r.get_sample_value("kafka_txn_topic_max_last_stable_offset_lag", pay) == 0
+    assert r.get_sample_value("kafka_txn_topic_max_active_transaction_duration_seconds", pay) is None

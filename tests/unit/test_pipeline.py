@@ -1654,3 +1654,35 @@ def test_open_transactions_are_counted_per_application_and_class_whether_or_not_
 def test_no_open_transaction_counts_no_application(spark: SparkSession) -> None:
     result = compute(spark, snapshot(partitions=[offsets(hw=10, lso=10)]), AT_ONCE, None, NOW)
     assert result.open_transactions_by_application == ()
+
+
+# --- topics ----------------------------------------------------------------------------------
+
+
+def test_each_topic_has_its_largest_lso_lag_oldest_open_transaction_and_open_partitions(
+    spark: SparkSession,
+) -> None:
+    snap = snapshot(
+        producers=[
+            producer("t", 0, pid=1, last_ts=NOW - 3 * MIN),
+            producer("t", 2, pid=2, last_ts=NOW - MIN),
+        ],
+        partitions=[
+            offsets("t", 0, hw=500, lso=100),
+            offsets("t", 1, hw=70, lso=70),
+            offsets("t", 2, hw=30, lso=10),
+            offsets("u", 0, hw=9, lso=9),  # caught up, nothing open: still a topic
+            offsets("v", 0, hw=-1, lso=-1),  # offsets not read
+        ],
+    )
+    result = run(spark, snap)  # lso_lag_series "nonzero": the topics do not depend on it
+    assert [
+        (
+            t.topic,
+            t.max_last_stable_offset_lag,
+            t.max_active_transaction_duration_ms,
+            t.partitions_with_open_transactions,
+        )
+        for t in result.topics
+    ] == [("t", 400, 3 * MIN, 2), ("u", 0, None, 0), ("v", 0, None, 0)]
+    assert compute(spark, snap, AT_ONCE, None, NOW, outputs=FINDINGS_OUTPUTS).topics == ()
