@@ -36,7 +36,7 @@ asks for, so the planner adds no broadcast and no exchange between the output ta
 cycle is one job, whose last stage has one task per output table
 (``session.PLAN_DEFAULTS``; a few one-partition shuffles are left inside the
 classification, where the planner's size estimate of a join of joins passes its bound:
-see ``compute._classified``).
+see ``families.classification.classified_frame``).
 """
 
 from __future__ import annotations
@@ -199,7 +199,8 @@ def in_place(frame: DataFrame) -> DataFrame:
     SQL writes ``COALESCE(1)`` under this limit: ``groups._family_sql``): a cycle with groups
     at the LSO ran 2 to 5 stages more than one without, none now (~0.05 s
     at 1000 groups x 100 partitions, cycles alternating in one session). The
-    classification's chain does not: see ``compute._classified`` for what it cost there."""
+    classification's chain does not: see ``families.classification.classified_frame`` for what
+    it cost there."""
     return one_partition(frame).limit(UNREACHED_LIMIT)
 
 
@@ -438,8 +439,10 @@ class Tables:
         table = keyed_arrow(record, self.rows(name))
         schema = keyed_schema(record)
         if self._handover is not None:
-            return self._handover.frame(table, schema, session=session)
-        return one_partition(session.createDataFrame(table, schema))
+            frame = self._handover.frame(table, schema, session=session)
+        else:
+            frame = one_partition(session.createDataFrame(table, schema))
+        return frame
 
     def put(self, name: str, frame: DataFrame) -> None:
         """Give the table as a frame of the round (with the cluster column): a family computed

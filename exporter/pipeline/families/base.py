@@ -167,6 +167,7 @@ class Context:
         self.tables = Tables(spark, [r.snapshot for r in self.runs], handover, sources)
         self.classified: DataFrame | None = None
         self._shared: dict[str, DataFrame] = {}
+        self._kept: list[DataFrame] = []
         self._scope: tuple[int, ...] | None = None
         self._reads: frozenset[str] | None = None
         self._base = self
@@ -213,6 +214,14 @@ class Context:
         if key not in base._shared:
             base._shared[key] = build(base)
         return self._in_scope(base._shared[key])
+
+    def sql(self, query: str, **frames: DataFrame) -> DataFrame:
+        """``spark.sql(query, **frames)``, the frames kept until the round is done: on Spark
+        Connect the statement's result names them on the server, where a checkpoint among them
+        is released as soon as the last client object naming it goes."""
+        self._base._kept.extend(frames.values())
+        args: dict[str, Any] = dict(frames)
+        return self.spark.sql(query, **args)
 
     def any(self, test: Callable[[ClusterRun], bool]) -> bool:
         return any(test(self.runs[i]) for i in (self._scope or range(len(self.runs))))

@@ -421,16 +421,14 @@ def _txns(ctx: Context) -> DataFrame:
 
 def _frames(ctx: Context, selected: frozenset[str]) -> dict[str, DataFrame]:
     tables, queries = _family_sql(ctx)
-    sources: dict[str, Any] = {
+    sources: dict[str, DataFrame] = {
         "by_topic": _aggregated(ctx),
         "partitions": ctx["partitions"],
         "txns": _txns(ctx),
         "previous_history": ctx["previous_lso_history"],
         "previous_at_lso": ctx["previous_at_lso"],
     }
-    return {
-        name: ctx.spark.sql(f"{tables}\n{queries[name]}", **sources) for name in queries if name in selected
-    }
+    return {name: ctx.sql(f"{tables}\n{queries[name]}", **sources) for name in queries if name in selected}
 
 
 def _sorted(record: type[R], rows: Rows, *key: str) -> tuple[R, ...]:
