@@ -141,6 +141,9 @@ class ClusterJob:
             self._finish(replace(state, up=False, stage_seconds=()), "failed", started)
             return
         except Exception:  # a bug must not stop the schedule: log it, mark the cycle failed
+            if self._stopping.is_set():  # stop() closed the clients under it: no bug
+                log.info("cycle for cluster %s cut short: the exporter is stopping", name)
+                return
             log.exception("cycle for cluster %s failed unexpectedly", name)
             self._finish(replace(state, up=False), "failed", started)
             return

@@ -87,9 +87,13 @@ OPEN_TRANSACTIONS_BY_APPLICATION = "kafka_txn_open_transactions_by_application"
 HANGING_TRANSACTION_INFO = "kafka_txn_hanging_transaction_info"
 LATE_TRANSACTION_INFO = "kafka_txn_late_transaction_info"
 CONSUMER_GROUP_LAG_CONSUMABLE = "kafka_txn_consumer_group_lag_consumable"
+CONSUMER_GROUP_LAG_CONSUMABLE_UPPER_BOUND = "kafka_txn_consumer_group_lag_consumable_upper_bound_partitions"
 CONSUMER_GROUP_LAG_BLOCKED = "kafka_txn_consumer_group_lag_blocked"
 CONSUMER_GROUP_PARTITION_LAG_CONSUMABLE = "kafka_txn_consumer_group_partition_lag_consumable"
 CONSUMER_GROUP_PARTITION_LAG_BLOCKED = "kafka_txn_consumer_group_partition_lag_blocked"
+CONSUMER_GROUP_PARTITION_LAG_CONSUMABLE_UPPER_BOUND = (
+    "kafka_txn_consumer_group_partition_lag_consumable_upper_bound"
+)
 CONSUMER_GROUP_BLOCKED_INFO = "kafka_txn_consumer_group_blocked_info"
 CONSUMER_GROUP_BLOCKED_SECONDS = "kafka_txn_consumer_group_blocked_seconds"
 CONSUMER_GROUP_BLOCKED_PARTITIONS = "kafka_txn_consumer_group_blocked_partitions"
@@ -108,6 +112,7 @@ EXPORTER_REQUEST_ERRORS = "kafka_txn_exporter_request_errors_total"
 EXPORTER_PIPELINE_FAMILY_ERRORS = "kafka_txn_exporter_pipeline_family_errors_total"
 EXPORTER_BUILD_INFO = "kafka_txn_exporter_build_info"
 EXPORTER_TRANSACTIONAL_IDS_VISIBLE = "kafka_txn_exporter_transactional_ids_visible"
+REMEDIATIONS = "kafka_txn_remediations_total"
 
 #: Series every Prometheus adds itself (the exporter-down alert reads ``up``); the alerts
 #: reference ``ALERTS`` nowhere, the dashboards' annotations do.
@@ -140,9 +145,11 @@ FAMILIES: tuple[Family, ...] = (
     Family(HANGING_TRANSACTION_INFO, "gauge", (*_FINDING, "coordinator_epoch", "reason")),
     Family(LATE_TRANSACTION_INFO, "gauge", (*_FINDING, "class")),
     Family(CONSUMER_GROUP_LAG_CONSUMABLE, "gauge", ("group", "topic")),
+    Family(CONSUMER_GROUP_LAG_CONSUMABLE_UPPER_BOUND, "gauge", ("group", "topic")),
     Family(CONSUMER_GROUP_LAG_BLOCKED, "gauge", ("group", "topic")),
     Family(CONSUMER_GROUP_PARTITION_LAG_CONSUMABLE, "gauge", ("group", "topic", "partition")),
     Family(CONSUMER_GROUP_PARTITION_LAG_BLOCKED, "gauge", ("group", "topic", "partition")),
+    Family(CONSUMER_GROUP_PARTITION_LAG_CONSUMABLE_UPPER_BOUND, "gauge", ("group", "topic", "partition")),
     Family(
         CONSUMER_GROUP_BLOCKED_INFO,
         "gauge",
@@ -172,6 +179,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(EXPORTER_PIPELINE_FAMILY_ERRORS, "counter", ("family",)),
     Family(EXPORTER_BUILD_INFO, "gauge", ("version",), per_cluster=False),
     Family(EXPORTER_TRANSACTIONAL_IDS_VISIBLE, "gauge"),
+    Family(REMEDIATIONS, "counter", ("action", "result")),
 )
 
 #: Families the collector emits only in some setups (consumer groups configured; the
@@ -180,9 +188,11 @@ FAMILIES: tuple[Family, ...] = (
 IN_FLIGHT: frozenset[str] = frozenset(
     {
         CONSUMER_GROUP_LAG_CONSUMABLE,
+        CONSUMER_GROUP_LAG_CONSUMABLE_UPPER_BOUND,
         CONSUMER_GROUP_LAG_BLOCKED,
         CONSUMER_GROUP_PARTITION_LAG_CONSUMABLE,
         CONSUMER_GROUP_PARTITION_LAG_BLOCKED,
+        CONSUMER_GROUP_PARTITION_LAG_CONSUMABLE_UPPER_BOUND,
         CONSUMER_GROUP_BLOCKED_INFO,
         CONSUMER_GROUP_BLOCKED_SECONDS,
         CONSUMER_GROUP_BLOCKED_PARTITIONS,

@@ -28,6 +28,10 @@ CYCLE_RESULTS = ("complete", "partial", "failed")
 CYCLE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
+#: Every (action, result) of the remediation counter, pre-created at zero per cluster.
+REMEDIATION_LABELS = tuple(("abort", r) for r in ("aborted", "dry_run", "refused", "failed"))
+
+
 class ExporterMetrics:
     """The exporter's own counters and histograms, updated by the cycle jobs."""
 
@@ -69,6 +73,15 @@ class ExporterMetrics:
             [cluster_label],
             registry=registry,
         )
+        self.remediations = Counter(
+            f"{PREFIX}_remediations",
+            "Actions of the daemon's auto-remediation (config remediation:) by action (abort: "
+            "WriteTxnMarkers) and result: aborted, dry_run (reported, nothing written), "
+            "refused (the re-validation right before the write found it owned, changed or not "
+            "provably hanging) or failed (a Kafka error).",
+            [cluster_label, "action", "result"],
+            registry=registry,
+        )
         self.add_clusters(clusters)
         build = Gauge(
             f"{PREFIX}_exporter_build_info", "Version of kafka-txn-exporter.", ["version"], registry=registry
@@ -84,6 +97,8 @@ class ExporterMetrics:
                 self.cycles.labels(cluster, result)
             for family in family_names():
                 self.family_errors.labels(cluster, family)
+            for action, result in REMEDIATION_LABELS:
+                self.remediations.labels(cluster, action, result)
 
 
 class TransactionHealthCollector(Collector):
