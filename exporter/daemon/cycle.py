@@ -185,6 +185,8 @@ class ClusterJob:
             self._finish(replace(state, up=False), "failed", started)
             return
         stages = (*snapshot.stage_seconds, ("pipeline", time.monotonic() - pipeline_started))
+        for family in result.failed_families:
+            self._metrics.family_errors.labels(name, family).inc()
         if self._stopping.is_set():
             return  # a cycle cut short by stop() publishes nothing and remembers nothing
         self.memory = result.memory

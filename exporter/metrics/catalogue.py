@@ -66,6 +66,9 @@ _FINDING = (
 # -- Kafka-derived ---------------------------------------------------------------------------
 PARTITION_MAX_ACTIVE_TRANSACTION_DURATION = "kafka_txn_partition_max_active_transaction_duration_seconds"
 PARTITION_LAST_STABLE_OFFSET_LAG = "kafka_txn_partition_last_stable_offset_lag"
+TOPIC_MAX_LAST_STABLE_OFFSET_LAG = "kafka_txn_topic_max_last_stable_offset_lag"
+TOPIC_MAX_ACTIVE_TRANSACTION_DURATION = "kafka_txn_topic_max_active_transaction_duration_seconds"
+TOPIC_PARTITIONS_WITH_OPEN_TRANSACTIONS = "kafka_txn_topic_partitions_with_open_transactions"
 PARTITIONS_WITH_LATE_TRANSACTIONS = "kafka_txn_partitions_with_late_transactions"
 MAX_LAST_STABLE_OFFSET_LAG = "kafka_txn_max_last_stable_offset_lag"
 HANGING_TRANSACTIONS = "kafka_txn_hanging_transactions"
@@ -106,6 +109,7 @@ EXPORTER_STAGE_DURATION = "kafka_txn_exporter_stage_duration_seconds"
 EXPORTER_CYCLES = "kafka_txn_exporter_cycles_total"
 EXPORTER_CYCLES_SKIPPED = "kafka_txn_exporter_cycles_skipped_total"
 EXPORTER_REQUEST_ERRORS = "kafka_txn_exporter_request_errors_total"
+EXPORTER_PIPELINE_FAMILY_ERRORS = "kafka_txn_exporter_pipeline_family_errors_total"
 EXPORTER_BUILD_INFO = "kafka_txn_exporter_build_info"
 EXPORTER_TRANSACTIONAL_IDS_VISIBLE = "kafka_txn_exporter_transactional_ids_visible"
 REMEDIATIONS = "kafka_txn_remediations_total"
@@ -120,6 +124,9 @@ PROMETHEUS_SERIES: dict[str, frozenset[str]] = {
 FAMILIES: tuple[Family, ...] = (
     Family(PARTITION_MAX_ACTIVE_TRANSACTION_DURATION, "gauge", ("topic", "partition")),
     Family(PARTITION_LAST_STABLE_OFFSET_LAG, "gauge", ("topic", "partition")),
+    Family(TOPIC_MAX_LAST_STABLE_OFFSET_LAG, "gauge", ("topic",)),
+    Family(TOPIC_MAX_ACTIVE_TRANSACTION_DURATION, "gauge", ("topic",)),
+    Family(TOPIC_PARTITIONS_WITH_OPEN_TRANSACTIONS, "gauge", ("topic",)),
     Family(PARTITIONS_WITH_LATE_TRANSACTIONS, "gauge", ("broker",)),
     Family(MAX_LAST_STABLE_OFFSET_LAG, "gauge", ("broker",)),
     Family(HANGING_TRANSACTIONS, "gauge", ("broker",)),
@@ -169,6 +176,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(EXPORTER_CYCLES, "counter", ("result",)),
     Family(EXPORTER_CYCLES_SKIPPED, "counter"),
     Family(EXPORTER_REQUEST_ERRORS, "counter", ("api", "error")),
+    Family(EXPORTER_PIPELINE_FAMILY_ERRORS, "counter", ("family",)),
     Family(EXPORTER_BUILD_INFO, "gauge", ("version",), per_cluster=False),
     Family(EXPORTER_TRANSACTIONAL_IDS_VISIBLE, "gauge"),
     Family(REMEDIATIONS, "counter", ("action", "result")),

@@ -16,9 +16,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from exporter import __version__
+from exporter.metrics.families import renderers
 from exporter.metrics.groups import render_group_families
 from exporter.metrics.state import ClusterState, StateStore
 from exporter.model import COORDINATOR_STATES, CycleResult, Finding, PipelineSettings, TxnClass
+from exporter.pipeline.families import family_names
 
 PREFIX = "kafka_txn"
 DEFAULT_CLUSTER_LABEL = "kafka_cluster"
@@ -56,6 +58,13 @@ class ExporterMetrics:
             [cluster_label, "api", "error"],
             registry=registry,
         )
+        self.family_errors = Counter(
+            f"{PREFIX}_exporter_pipeline_family_errors",
+            "Cycles in which one metric family of the pipeline failed (its series are absent for "
+            "that cycle and what it remembers is kept); the cluster's other families were published.",
+            [cluster_label, "family"],
+            registry=registry,
+        )
         self.cycles_skipped = Counter(
             f"{PREFIX}_exporter_cycles_skipped",
             "Scheduled cycles that did not run because the previous cycle of the cluster was "
@@ -86,6 +95,8 @@ class ExporterMetrics:
             self.cycles_skipped.labels(cluster)
             for result in CYCLE_RESULTS:
                 self.cycles.labels(cluster, result)
+            for family in family_names():
+                self.family_errors.labels(cluster, family)
             for action, result in REMEDIATION_LABELS:
                 self.remediations.labels(cluster, action, result)
 
@@ -125,6 +136,9 @@ class TransactionHealthCollector(Collector):
         yield from self._broker_families(states)
         yield from self._coordinator_families(states)
         yield from self._finding_families(states)
+        results = [(s.cluster, r) for s, r in _results(states)]
+        for render in renderers():
+            yield from render(results, self._label)
         groups = [(s.cluster, r.groups) for s, r in _results(states) if r.groups is not None]
         if groups:
             yield from render_group_families(groups, cluster_label=self._label)
