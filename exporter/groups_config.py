@@ -18,7 +18,9 @@ Example::
       per_partition: false
       blocked_after_cycles: 3
     attribution:
-      - builtins                       # Kafka Streams, Flink, Spring (the default place)
+      - builtins                       # Kafka Streams, Flink (the default place)
+      - builtin: spring                # Spring for Apache Kafka, given its prefixes
+        prefixes: ["payments-tx-"]
       - name: billing
         pattern: "^billing-(?P<application>[a-z]+)-tx-"
       - pattern: "^legacy-.*"
@@ -28,13 +30,16 @@ Example::
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-#: The built-in rules, in the order they are tried (most specific first). The patterns are
-#: Java regular expressions (Spark evaluates them); each names its ``application`` group.
-_UUID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+#: The built-in rules' patterns are Java regular expressions (Spark evaluates them) that match
+#: only the shape each framework gives its transactional ids, each naming its ``application``
+#: group; an id of any other shape is left to the user's rules (or ``unknown``).
+_UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"  # java.util.UUID.toString()
+_INT = "(?:0|[1-9][0-9]*)"  # an int or long as Java prints it: no sign, no leading zero
+_POSITIVE = "[1-9][0-9]*"
 BUILTIN_RULE_NAMES = ("kafka_streams_eos_v2", "kafka_streams_eos_v1", "flink", "spring")
 
 
@@ -58,20 +63,32 @@ class AttributionRule:
         return re.compile(python_pattern(self.pattern)).groupindex.get("application", 0)
 
 
-#: Kafka Streams exactly-once v2: ``<application.id>-<processId UUID>-<thread index>``.
-#: Kafka Streams exactly-once (v1, eos-alpha): ``<application.id>-<subtopology>_<partition>``.
-#: Flink's KafkaSink: ``<transactionalIdPrefix>-<subtaskId>-<checkpointOffset>``.
-#: Spring for Apache Kafka: ``<transactionIdPrefix><counter>`` (the prefix often ends in
-#: ``-``, ``_`` or ``.``, which is dropped from the application name).
+#: Kafka Streams exactly-once v2 (``ActiveTaskCreator``, one producer per stream thread):
+#: ``<application.id>-<processId>-<thread index>``, the process id a random UUID, the index
+#: the stream thread's number (from 1); 2.6-2.7's eos-beta had no thread index.
+#: Kafka Streams exactly-once v1 (eos-alpha, removed in 4.0; one producer per task):
+#: ``<application.id>-<task id>``, the task id ``<subtopology>_<partition>``.
+#: Flink's KafkaSink (``TransactionalIdFactory``):
+#: ``<transactionalIdPrefix>-<subtaskId>-<checkpointOffset>``.
 BUILTIN_RULES: tuple[AttributionRule, ...] = (
-    AttributionRule("kafka_streams_eos_v2", rf"^(?P<application>.+)-{_UUID}-\d+$", builtin=True),
-    AttributionRule("kafka_streams_eos_v1", r"^(?P<application>.+)-\d+_\d+$", builtin=True),
-    AttributionRule("flink", r"^(?P<application>.+)-\d+-\d+$", builtin=True),
-    # The trailing counter, after a separator or right after a letter: "orders-v2-5" is
-    # orders-v2, "tx7" is tx (the prefix may end in a digit only before a separator).
-    AttributionRule("spring", r"^(?P<application>.*?[^-_.])(?:[-_.]|(?<!\d))\d+$", builtin=True),
+    AttributionRule("kafka_streams_eos_v2", rf"^(?P<application>.+)-{_UUID}(?:-{_POSITIVE})?$", builtin=True),
+    AttributionRule("kafka_streams_eos_v1", rf"^(?P<application>.+)-{_INT}_{_INT}$", builtin=True),
+    AttributionRule("flink", rf"^(?P<application>.+)-{_INT}-{_INT}$", builtin=True),
 )
 _BUILTINS_BY_NAME = {r.name: r for r in BUILTIN_RULES}
+
+
+def spring_rule(prefixes: Sequence[str], application: str | None = None) -> AttributionRule:
+    """Spring for Apache Kafka: ``DefaultKafkaProducerFactory`` names a transactional producer
+    ``<transactionIdPrefix><suffix>``, the suffix a counter from 0 (its
+    ``TransactionIdSuffixStrategy``), or ``<group.id>.<topic>.<partition>`` for the
+    per-partition producers of Spring Kafka 2.x's EOS mode ALPHA. The prefix is the
+    application's own (``spring.kafka.producer.transaction-id-prefix``) and any id ending in
+    digits has that shape, so the rule is only as good as the prefixes it is given: the
+    application is the prefix without its trailing ``-``, ``_`` or ``.``, or ``application``."""
+    alternatives = "|".join(re.escape(p) for p in sorted(set(prefixes), key=lambda p: (-len(p), p)))
+    pattern = rf"^(?P<application>(?:{alternatives}))(?:{_INT}|.+\..+\.{_INT})$"
+    return AttributionRule("spring", pattern, application=application, builtin=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +142,8 @@ _MINIMUM = {
     "max_blocked": 0,
     "consumable_check_max_offsets": 0,
 }
+#: Keys that were replaced, with what replaced them.
+_REPLACED: dict[str, str] = {}
 _PATTERN_KEYS = ("allow", "deny")
 
 
@@ -149,6 +168,9 @@ def parse_groups(raw: object, path: str) -> tuple[GroupsConfig, list[str]]:
                 values[str(key)] = patterns
             continue
         kind = _GROUP_KEYS.get(str(key))
+        if str(key) in _REPLACED:
+            problems.append(f"{where}: {_REPLACED[str(key)]}")
+            continue
         if kind is None:
             allowed = ", ".join(sorted([*_GROUP_KEYS, *_PATTERN_KEYS]))
             problems.append(f"{where}: unknown key (allowed: {allowed})")
@@ -214,10 +236,12 @@ _RULE_KEYS = ("name", "pattern", "application")
 def parse_attribution(raw: object, path: str) -> tuple[tuple[AttributionRule, ...], list[str]]:
     """``attribution:``, a list of rules tried in order (first match wins).
 
-    An entry is ``builtins`` (all built-in rules at this place), ``{builtin: <name>}`` (one of
-    kafka_streams_eos_v2, kafka_streams_eos_v1, flink, spring) or ``{pattern, name?,
-    application?}``. When the list names no built-in, the built-ins come first (absent
-    ``attribution:`` means the built-ins alone); an empty list turns attribution off.
+    An entry is ``builtins`` (the built-in rules for Kafka Streams and Flink at this place),
+    ``{builtin: <name>}`` (one of kafka_streams_eos_v2, kafka_streams_eos_v1, flink),
+    ``{builtin: spring, prefixes: [...], application?}`` (Spring's ids can only be told by
+    their prefix) or ``{pattern, name?, application?}``. When the list names no built-in, the
+    built-ins come first (absent ``attribution:`` means the built-ins alone); an empty list
+    turns attribution off.
     """
     problems: list[str] = []
     if raw is None:
@@ -242,16 +266,8 @@ def parse_attribution(raw: object, path: str) -> tuple[tuple[AttributionRule, ..
             continue
         if "builtin" in entry:
             placed_builtin = True
-            extra = sorted(str(k) for k in entry if k != "builtin")
-            if extra:
-                problems.append(f"{where}.{extra[0]}: not allowed beside builtin")
-            builtin = _BUILTINS_BY_NAME.get(str(entry["builtin"]))
-            if builtin is None:
-                problems.append(
-                    f"{where}.builtin: unknown built-in rule {entry['builtin']!r} "
-                    f"(allowed: {', '.join(BUILTIN_RULE_NAMES)})"
-                )
-            else:
+            builtin = _builtin_rule(entry, where, problems)
+            if builtin is not None:
                 rules.append(builtin)
             continue
         rule = _user_rule(entry, where, i, problems)
@@ -260,6 +276,46 @@ def parse_attribution(raw: object, path: str) -> tuple[tuple[AttributionRule, ..
     if raw and not placed_builtin:
         rules[:0] = BUILTIN_RULES
     return tuple(rules), problems
+
+
+def _builtin_rule(entry: Mapping[Any, Any], where: str, problems: list[str]) -> AttributionRule | None:
+    name = str(entry["builtin"])
+    if name == "spring":
+        return _spring_rule(entry, where, problems)
+    extra = sorted(str(k) for k in entry if k != "builtin")
+    if extra:
+        problems.append(f"{where}.{extra[0]}: not allowed beside builtin")
+    builtin = _BUILTINS_BY_NAME.get(name)
+    if builtin is None:
+        problems.append(
+            f"{where}.builtin: unknown built-in rule {entry['builtin']!r} "
+            f"(allowed: {', '.join(BUILTIN_RULE_NAMES)})"
+        )
+    return builtin
+
+
+def _spring_rule(entry: Mapping[Any, Any], where: str, problems: list[str]) -> AttributionRule | None:
+    before = len(problems)
+    for key in entry:
+        if key not in ("builtin", "prefixes", "application"):
+            problems.append(
+                f"{where}.{key}: unknown key (allowed beside builtin spring: prefixes, application)"
+            )
+    prefixes = entry.get("prefixes")
+    if isinstance(prefixes, str):
+        prefixes = [prefixes]
+    if not isinstance(prefixes, list) or not prefixes or not all(isinstance(p, str) and p for p in prefixes):
+        problems.append(
+            f"{where}.prefixes: the spring rule needs the transactionIdPrefix of each application "
+            "(a list of non-empty strings): an id ending in digits alone does not tell Spring's"
+        )
+    application = entry.get("application")
+    if application is not None and (not isinstance(application, str) or not application):
+        problems.append(f"{where}.application: must be a non-empty string")
+    if len(problems) > before:
+        return None
+    assert isinstance(prefixes, list)
+    return spring_rule(prefixes, application)
 
 
 def _user_rule(

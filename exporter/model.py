@@ -442,6 +442,16 @@ class ClassCount:
 
 
 @dataclass(frozen=True, slots=True)
+class ApplicationTransactions:
+    """Open partition-level transactions of one application in one class: the attribution
+    rules applied to the classified transactions, with or without the consumer-group family."""
+
+    application: str  # "unknown" when no rule matched or the transactional id is unknown
+    txn_class: TxnClass
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
 class UnknownCount:
     reason: UnknownReason
     count: int
@@ -555,12 +565,14 @@ class CycleResult:
     findings: tuple[Finding, ...] = ()
     open_transactions_by_class: tuple[tuple[TxnClass, int], ...] = ()
     open_transactions_unknown: tuple[tuple[UnknownReason, int], ...] = ()
+    #: Open transactions by application and class (attribution; empty: none open).
+    open_transactions_by_application: tuple[ApplicationTransactions, ...] = ()
     timeout_aborts: tuple[CoordinatorTimeoutAbort, ...] = ()
     #: The visibility probe's answer (see ClusterSnapshot.transactional_ids_visible).
     transactional_ids_visible: bool | None = None
     #: The finalized transaction.version feature level of the cluster, None when unknown.
     transaction_version: int | None = None
-    #: The consumer-group family (None when not configured or no group offsets were read).
+    #: The consumer-group family (None when not configured).
     groups: GroupsResult | None = None
     memory: PipelineMemory = field(default_factory=PipelineMemory)
 
@@ -572,14 +584,19 @@ class CycleResult:
 @dataclass(frozen=True, slots=True)
 class ConsumableCheck:
     """What lies between a group's committed offset and the LSO, read from the batches
-    (READ_COMMITTED Fetch from the committed offset): control batches (commit/abort markers)
-    and aborted data are not consumable. Read only when the gap is small ("lag stuck at 1")."""
+    (READ_COMMITTED Fetches from the committed offset, within the cycle's byte budget):
+    control batches (commit/abort markers) and aborted data are not consumable."""
 
     topic: str
     partition: int
     from_offset: int  # the committed offset the Fetch started at
     to_offset: int  # the LSO the gap ends at
-    consumable_records: int  # records a read_committed consumer would get in [from, to)
+    #: Records a read_committed consumer gets in [from, to); when not ``exact``, an upper
+    #: bound: those counted in what was read plus every offset after it.
+    consumable_records: int
+    #: False when the byte budget ran out (or a Fetch failed) before the batches reached
+    #: the LSO.
+    exact: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -589,6 +606,8 @@ class GroupLag:
     ``consumable_lag``: committed -> LSO, what a read_committed consumer can read now (0 when
     the batches show only markers or aborted data before the LSO). ``blocked_lag``: from
     max(committed, LSO) to the high watermark, records behind open transactions.
+    ``upper_bound_partitions``: partitions whose consumable lag is an upper bound (the
+    batches between committed offset and LSO were not all read within the byte budget).
     """
 
     group: str
@@ -596,11 +615,14 @@ class GroupLag:
     consumable_lag: int
     blocked_lag: int
     partition: int = -1
+    upper_bound_partitions: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class BlockedGroupPartition:
-    """A group partition blocked by a transaction: committed == LSO < HWM, LSO not moving."""
+    """A group partition blocked by a transaction: nothing consumable between its committed
+    offset and the LSO (committed == LSO, or only markers and aborted data between), the
+    LSO below the HWM and not moving."""
 
     group: str
     topic: str
@@ -632,15 +654,6 @@ class GroupSummary:
 
 
 @dataclass(frozen=True, slots=True)
-class ApplicationTransactions:
-    """Open transactions of one application (attribution) in one class."""
-
-    application: str  # "unknown" when no rule matched or the transactional id is unknown
-    txn_class: TxnClass
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
 class LsoHistory:
     """A partition's LSO and for how many consecutive cycles it has been seen unchanged."""
 
@@ -652,13 +665,16 @@ class LsoHistory:
 
 @dataclass(frozen=True, slots=True)
 class GroupAtLso:
-    """A group partition seen with committed == LSO < HWM, and since when (epoch ms)."""
+    """A group partition seen at the LSO (nothing consumable before it) with the LSO below
+    the HWM, and since when (epoch ms)."""
 
     group: str
     topic: str
     partition: int
     last_stable_offset: int
     since_ms: int
+    #: The committed offset last seen (at or below the LSO; -1: not known).
+    committed_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -677,5 +693,4 @@ class GroupsResult:
     partition_lags: tuple[GroupLag, ...] = ()  # per partition (opt-in)
     blocked: tuple[BlockedGroupPartition, ...] = ()
     groups: tuple[GroupSummary, ...] = ()
-    by_application: tuple[ApplicationTransactions, ...] = ()
     carry: GroupsCarry = field(default_factory=GroupsCarry)

@@ -171,7 +171,6 @@ FAMILIES: tuple[Family, ...] = (
 #: fixture state that has them.
 IN_FLIGHT: frozenset[str] = frozenset(
     {
-        OPEN_TRANSACTIONS_BY_APPLICATION,
         CONSUMER_GROUP_LAG_CONSUMABLE,
         CONSUMER_GROUP_LAG_BLOCKED,
         CONSUMER_GROUP_PARTITION_LAG_CONSUMABLE,

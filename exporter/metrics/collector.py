@@ -293,6 +293,14 @@ class TransactionHealthCollector(Collector):
             "against the coordinators).",
             labels=[self._label, "class"],
         )
+        by_application = GaugeMetricFamily(
+            f"{PREFIX}_open_transactions_by_application",
+            "Open partition-level transactions by application (attributed from the "
+            "transactional id by the attribution rules; unknown when no rule matches) and class "
+            "(DescribeProducers, classified against the coordinators). With or without "
+            "consumer groups.",
+            labels=[self._label, "application", "class"],
+        )
         aborts = CounterMetricFamily(
             f"{PREFIX}_coordinator_timeout_aborts",
             "Transactions the coordinator aborted on timeout (KIP-588), counted since the "
@@ -325,7 +333,9 @@ class TransactionHealthCollector(Collector):
             counts_by_class = dict(r.open_transactions_by_class)
             for txn_class in TxnClass:
                 by_class.add_metric([s.cluster, txn_class.value], counts_by_class.get(txn_class, 0))
-        yield from (open_time, two_pc, prepare_time, by_state, by_class, unknown, aborts)
+            for a in r.open_transactions_by_application:
+                by_application.add_metric([s.cluster, a.application, a.txn_class.value], a.count)
+        yield from (open_time, two_pc, prepare_time, by_state, by_class, by_application, unknown, aborts)
 
     def _finding_families(self, states: list[ClusterState]) -> Iterator[Metric]:
         hanging = GaugeMetricFamily(

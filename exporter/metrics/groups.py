@@ -2,7 +2,9 @@
 
 Pure: takes each cluster's latest result, never calls Kafka. The cluster label's name is a
 parameter (the top-level ``cluster_label`` config, ``kafka_cluster`` by default). Every
-family is yielded even when empty, so HELP and TYPE are always on the page.
+family is yielded even when empty, so HELP and TYPE are on the page whenever groups are on.
+The open transactions by application are not among them: they belong to the transactions
+(``exporter.metrics.collector``), with or without groups.
 """
 
 from __future__ import annotations
@@ -87,13 +89,6 @@ def render_group_families(
         "RequireStable answered UNSTABLE_OFFSET_COMMIT).",
         labels=[cl, "group"],
     )
-    by_app = GaugeMetricFamily(
-        f"{PREFIX}_open_transactions_by_application",
-        "Open partition-level transactions by application (attributed from the transactional "
-        "id; unknown when no rule matches) and class (DescribeProducers, classified against "
-        "the coordinators).",
-        labels=[cl, "application", "class"],
-    )
     for cluster, r in results:
         for lag in r.lags:
             labels = [cluster, lag.group, lag.topic]
@@ -120,6 +115,4 @@ def render_group_families(
         for g in r.groups:
             partitions.add_metric([cluster, g.group], float(g.blocked_partitions))
             unstable.add_metric([cluster, g.group], float(g.unstable_offset_commits))
-        for a in r.by_application:
-            by_app.add_metric([cluster, a.application, a.txn_class.value], float(a.count))
-    yield from (consumable, blocked_lag, consumable_p, blocked_p, info, seconds, partitions, unstable, by_app)
+    yield from (consumable, blocked_lag, consumable_p, blocked_p, info, seconds, partitions, unstable)

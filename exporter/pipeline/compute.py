@@ -45,6 +45,7 @@ from exporter.model import (
     PREPARE_STATES,
     TRANSACTION_STATE_TOPIC,
     TWO_PHASE_COMMIT_TIMEOUT_MS,
+    ApplicationTransactions,
     BrokerMetrics,
     ClassCount,
     ClusterSnapshot,
@@ -67,7 +68,7 @@ from exporter.model import (
     UnknownReason,
     WatchedTransaction,
 )
-from exporter.pipeline.attribution import application_column
+from exporter.pipeline.attribution import application_column, by_application
 from exporter.pipeline.groups import group_frames, group_input_frames, groups_result
 from exporter.pipeline.tables import Column as TableColumn
 from exporter.pipeline.tables import (
@@ -134,6 +135,7 @@ OUTPUT_TABLES = frozenset(
         "findings",
         "class_counts",
         "unknown_counts",
+        "by_application",
         "candidates",
         "partitions",
         "brokers",
@@ -152,7 +154,16 @@ OUTPUT_TABLES = frozenset(
 FINDINGS_OUTPUTS = frozenset({"findings", "partitions"})
 #: The outputs that read the classification (brokers through the partition table).
 _READ_CLASSIFIED = frozenset(
-    {"findings", "class_counts", "unknown_counts", "candidates", "partitions", "brokers", "groups"}
+    {
+        "findings",
+        "class_counts",
+        "unknown_counts",
+        "by_application",
+        "candidates",
+        "partitions",
+        "brokers",
+        "groups",
+    }
 )
 #: The coordinator family: one frame of the coordinators' open-since carry feeds all three.
 _COORDINATOR_OUTPUTS = frozenset({"coordinators", "coordinator_states", "coordinator_open"})
@@ -216,8 +227,9 @@ def compute(
     """Classify the cycle's open transactions and compute every metric table.
 
     ``groups``: the cluster's consumer-group family (blast radius), computed in the same
-    action when enabled and the snapshot has group offsets; ``rules``: the transactional id
-    -> application attribution; ``outputs``: the tables to compute (a subset of
+    action when enabled (also in a cycle that read no group offsets); ``rules``: the
+    transactional id -> application attribution (counted per application whether or not
+    groups are on); ``outputs``: the tables to compute (a subset of
     :data:`OUTPUT_TABLES`; the others are left empty in the result and never planned: the CLI
     asks for :data:`FINDINGS_OUTPUTS`). Only a daemon's cycle, which computes them all, may
     hand ``result.memory`` to the next cycle.
@@ -279,6 +291,8 @@ def _compute_rows(
                 .groupBy(F.col("unknown_reason").alias("reason"))
                 .count(),
             )
+        if want("by_application"):
+            out["by_application"] = (ApplicationTransactions, by_application(classified))
         if want("candidates"):
             out["candidates"] = (
                 _CandidateRow,
@@ -327,11 +341,11 @@ def _compute_rows(
             _timeout_abort_frame(spark, t, mem, _transaction_version(snapshot), now_ms),
         )
 
-    # A cycle that read no group offsets still runs the family while groups were waiting at
-    # an LSO: kept through a lost group collection (their blocked series and page go on), or
-    # ended by a complete one that no longer shows them.
-    waiting = bool(mem.groups.at_lso)
-    if want("groups") and groups is not None and groups.enabled and (snapshot.group_offsets or waiting):
+    # A cycle that read no group offsets runs the family too: groups waiting at an LSO are
+    # kept through a lost group collection (their blocked series and page go on) or ended by
+    # a complete one that no longer shows them, the LSO history goes on, and the families
+    # are on the page (empty) as soon as groups are on.
+    if want("groups") and groups is not None and groups.enabled:
         inputs = group_input_frames(
             spark, snapshot.group_offsets, snapshot.consumable_checks, mem.groups, handover
         )
@@ -568,6 +582,12 @@ def _assemble(
         findings=tuple(findings[: max(0, settings.max_findings)]),
         open_transactions_by_class=tuple(by_class.items()),
         open_transactions_unknown=tuple(unknown.items()),
+        open_transactions_by_application=tuple(
+            sorted(
+                records_of(ApplicationTransactions, rows.get("by_application", [])),
+                key=lambda a: (a.application, a.txn_class),
+            )
+        ),
         timeout_aborts=aborts,
         transactional_ids_visible=snapshot.transactional_ids_visible,
         transaction_version=_transaction_version(snapshot),

@@ -1,5 +1,4 @@
-"""The consumer-group family on Spark: lag split for read_committed, blocked consumers, and
-open transactions per application.
+"""The consumer-group family on Spark: lag split for read_committed and blocked consumers.
 
 Inputs (DataFrames; :func:`group_input_frames` builds the group-side ones from records):
 
@@ -8,21 +7,28 @@ Inputs (DataFrames; :func:`group_input_frames` builds the group-side ones from r
 * partitions: ``topic, partition, high_watermark, last_stable_offset`` (-1: unknown);
 * classified open transactions: ``topic, partition, start_offset, transactional_id,
   producer_id, txn_class, duration_ms`` and ``application`` (added from the attribution rules
-  when absent);
-* consumable checks (:class:`~exporter.model.ConsumableCheck`, the "lag stuck at 1" evidence)
-  and the previous cycle's :class:`~exporter.model.GroupsCarry`.
+  when absent), to name the transaction a group waits for;
+* consumable checks (:class:`~exporter.model.ConsumableCheck`: what a read_committed consumer
+  gets between a committed offset and the LSO, read from the batches) and the previous
+  cycle's :class:`~exporter.model.GroupsCarry`.
 
-Definitions (docs/metrics.md):
+Definitions (docs/groups.md):
 
-* ``consumable`` lag of a group partition: LSO - committed, never negative; when a consumable
-  check read the batches between exactly that committed offset and that LSO, the number of
-  records a read_committed consumer gets there instead (0 when only transaction markers or
-  aborted data lie before the LSO).
+* ``consumable`` lag of a group partition: when a consumable check read the batches between
+  exactly that committed offset and that LSO, the number of records a read_committed
+  consumer gets there (0 when only transaction markers or aborted data lie before the LSO);
+  else LSO - committed, never negative. Either is an *upper bound* (counted in
+  ``upper_bound_partitions``) unless the check read every batch up to the LSO or the group is
+  at or past the LSO.
 * ``blocked`` lag: HWM - max(committed, LSO), never negative: the records behind open
   transactions the group has not read. A read_uncommitted consumer past the LSO has read part
   of them, so only the rest counts.
-* A group partition is *blocked by a transaction* when committed == LSO (a committed offset
-  past the LSO is a read_uncommitted consumer: never blocked), LSO < HWM, and the LSO has been
+* A group partition is *at the LSO* when nothing is consumable before it: committed == LSO,
+  or committed < LSO with a check that read every batch between and found nothing a
+  read_committed consumer gets (the markers of the transactions it read, aborted data), or
+  the same committed offset and LSO as a previous cycle that found that. A committed offset
+  past the LSO is a read_uncommitted consumer: never at the LSO.
+* It is *blocked by a transaction* when it is at the LSO, LSO < HWM, and the LSO has been
   seen unchanged (while below the HWM) in at least ``blocked_after_cycles`` consecutive
   cycles. The finding names the open transaction whose start offset is the LSO, and the group
   is blocked since the first cycle it was seen at that LSO.
@@ -56,7 +62,6 @@ from pyspark.sql.types import (
 
 from exporter.groups_config import BUILTIN_RULES, AttributionRule, GroupsConfig
 from exporter.model import (
-    ApplicationTransactions,
     BlockedGroupPartition,
     ConsumableCheck,
     GroupAtLso,
@@ -72,9 +77,6 @@ from exporter.model import (
 from exporter.pipeline.attribution import application_column
 from exporter.pipeline.session import codegen_session, rehome
 from exporter.pipeline.tables import UNREACHED_LIMIT, Handover, build_side, one_partition
-
-#: The application label of a transaction no rule attributes (or whose id is unknown).
-UNKNOWN_APPLICATION = "unknown"
 
 
 def _schema(*cols: tuple[str, DataType, bool]) -> StructType:
@@ -104,6 +106,7 @@ CONSUMABLE_CHECKS = _schema(
     ("from_offset", _LONG, False),
     ("to_offset", _LONG, False),
     ("consumable_records", _LONG, False),
+    ("exact", _BOOL, False),
 )
 LSO_HISTORY = _schema(
     ("topic", _STR, False),
@@ -117,6 +120,7 @@ AT_LSO = _schema(
     ("partition", _INT, False),
     ("last_stable_offset", _LONG, False),
     ("since_ms", _LONG, False),
+    ("committed_offset", _LONG, False),
 )
 
 
@@ -184,7 +188,10 @@ def group_input_frames(
         ),
         checks=_frame(
             spark,
-            [(c.topic, c.partition, c.from_offset, c.to_offset, c.consumable_records) for c in checks],
+            [
+                (c.topic, c.partition, c.from_offset, c.to_offset, c.consumable_records, c.exact)
+                for c in checks
+            ],
             CONSUMABLE_CHECKS,
             handover,
         ),
@@ -196,7 +203,10 @@ def group_input_frames(
         ),
         at_lso=_frame(
             spark,
-            [(a.group, a.topic, a.partition, a.last_stable_offset, a.since_ms) for a in carry.at_lso],
+            [
+                (a.group, a.topic, a.partition, a.last_stable_offset, a.since_ms, a.committed_offset)
+                for a in carry.at_lso
+            ],
             AT_LSO,
             handover,
         ),
@@ -274,12 +284,15 @@ def _aggregated(inputs: GroupInputs, partitions: DataFrame, config: GroupsConfig
         c("from_offset").alias("committed_offset"),
         c("to_offset").alias("last_stable_offset"),
         "consumable_records",
+        c("exact").alias("check_exact"),
     )
     joined = inputs.offsets.join(build_side(parts), ["topic", "partition"], "left").join(
         build_side(checks), ["topic", "partition", "committed_offset", "last_stable_offset"], "left"
     )
     # A negative committed offset (none committed) counts for the group's summary only.
     known = (c("committed_offset") >= 0) & (c("last_stable_offset") >= 0) & (c("high_watermark") >= 0)
+    behind = known & (c("committed_offset") < c("last_stable_offset"))
+    read_to_lso = F.coalesce(c("check_exact"), F.lit(False))
     consumable = F.when(
         known,
         F.coalesce(
@@ -294,13 +307,20 @@ def _aggregated(inputs: GroupInputs, partitions: DataFrame, config: GroupsConfig
             c("high_watermark") - F.greatest(c("committed_offset"), c("last_stable_offset")),
         ),
     )
-    at = (
-        (c("last_stable_offset") >= 0)
-        & (c("committed_offset") == c("last_stable_offset"))
-        & (c("last_stable_offset") < c("high_watermark"))
+    # An open transaction holds the LSO below the HWM; the group is at it when nothing it
+    # could read lies before it (committed there, or only markers and aborted data between:
+    # a consumer that commits its last record + 1 on a transactional topic), undecided when
+    # the batches between were not all read this cycle (the SQL keeps such a row at the LSO
+    # when the previous cycle saw it there with the same committed offset).
+    held = known & (c("last_stable_offset") < c("high_watermark"))
+    at = held & (
+        (c("committed_offset") == c("last_stable_offset"))
+        | (behind & read_to_lso & (c("consumable_records") == 0))
     )
+    undecided = held & behind & ~read_to_lso
+    upper_bound = F.when(known, (behind & ~read_to_lso).cast("int"))
     # The offsets are read ONCE: one aggregation per (group, topic), which keeps apart the
-    # partitions every other output needs row by row (those at the LSO; all of them when
+    # partitions every other output needs row by row (those at the LSO or undecided; all when
     # partition series are on), made one leaf of the plan (a lazy local checkpoint). Every
     # output reads that leaf, one partition like every table (tables.one_partition): the
     # 100k offset rows of 1000 groups x 100 partitions are scanned once instead of once per
@@ -312,16 +332,19 @@ def _aggregated(inputs: GroupInputs, partitions: DataFrame, config: GroupsConfig
     # 100 partitions, cycles alternating in one session (median of 11): the family added
     # 1.16 s to a cycle interpreted, 0.70 s compiled; after the first two cycles nothing
     # more is compiled.
-    apart = at | F.lit(config.per_partition)
+    apart = at | undecided | F.lit(config.per_partition)
     return (
         joined.select(
             "group",
             "topic",
             F.when(apart, c("partition")).alias("partition"),
             F.when(at, c("last_stable_offset")).alias("at_lso"),
-            F.when(at, c("high_watermark")).alias("at_hwm"),
+            F.when(undecided, c("last_stable_offset")).alias("undecided_lso"),
+            F.when(at | undecided, c("high_watermark")).alias("at_hwm"),
+            F.when(at | undecided, c("committed_offset")).alias("at_committed"),
             consumable.alias("consumable"),
             blocked_lag.alias("blocked"),
+            upper_bound.alias("upper_bound"),
             "coordinator_id",
             "group_state",
             c("pending_transactional_commit").cast("int").alias("unstable"),
@@ -335,8 +358,11 @@ def _aggregated(inputs: GroupInputs, partitions: DataFrame, config: GroupsConfig
         .agg(
             F.sum("consumable").alias("consumable_lag"),
             F.sum("blocked").alias("blocked_lag"),
+            F.sum("upper_bound").alias("upper_bound_partitions"),
             F.max("at_lso").alias("at_lso"),
+            F.max("undecided_lso").alias("undecided_lso"),
             F.max("at_hwm").alias("at_hwm"),
+            F.max("at_committed").alias("at_committed"),
             F.max("coordinator_id").alias("coordinator_id"),
             F.sum("unstable").alias("unstable"),
         )
@@ -381,19 +407,26 @@ def _family_sql(config: GroupsConfig, now_ms: int, offsets_incomplete: bool) -> 
       ) prev USING (topic, `partition`)
     )
     WHERE ({unread} AND prev_lso IS NOT NULL) OR (NOT {unread} AND last_stable_offset < high_watermark)"""
-    # Group partitions whose committed offset is the LSO, with the LSO below the HWM, and
-    # since when they have been there (kept from the previous cycle while the LSO is the
-    # same).
+    # Group partitions at the LSO (nothing consumable before it), with the LSO below the
+    # HWM, and since when they have been there (kept from the previous cycle while the LSO is
+    # the same). A row whose batches were not all read this cycle (``undecided``) is at the
+    # LSO only when the previous cycle saw it there with the same committed offset: nothing
+    # before an LSO that has not moved can become consumable.
     tables["previous_at"] = (
-        f"SELECT {keys}, last_stable_offset AS prev_lso, since_ms FROM {{previous_at_lso}}"
+        f"SELECT {keys}, last_stable_offset AS prev_lso, since_ms, committed_offset AS prev_committed "
+        "FROM {previous_at_lso}"
     )
     tables["at_now"] = f"""
-    SELECT {keys}, at_lso AS last_stable_offset, at_hwm AS high_watermark
-    FROM by_topic WHERE at_lso IS NOT NULL"""
+    SELECT {keys}, COALESCE(at_lso, undecided_lso) AS last_stable_offset, at_hwm AS high_watermark,
+      at_committed AS committed_offset, at_lso IS NOT NULL AS decided
+    FROM by_topic WHERE at_lso IS NOT NULL OR undecided_lso IS NOT NULL"""
     tables["current_at"] = f"""
-    SELECT /*+ SHUFFLE_HASH(prev) */ {keys}, last_stable_offset, high_watermark,
-      CASE WHEN prev_lso = last_stable_offset THEN since_ms ELSE CAST({now_ms} AS BIGINT) END AS since_ms
-    FROM at_now LEFT JOIN previous_at prev USING ({keys})"""
+    SELECT {keys}, last_stable_offset, high_watermark, committed_offset, at_since AS since_ms FROM (
+      SELECT /*+ SHUFFLE_HASH(prev) */ *,
+        CASE WHEN prev_lso = last_stable_offset THEN since_ms ELSE CAST({now_ms} AS BIGINT) END AS at_since
+      FROM at_now LEFT JOIN previous_at prev USING ({keys})
+    ) WHERE decided OR (prev_lso = last_stable_offset
+      AND (prev_committed = committed_offset OR prev_committed < 0))"""
     # A previous row without evidence this cycle is kept as it was: its partition's offsets
     # were not read, or its group's offsets were not (absent while the group collection lost
     # a part: ``offsets_incomplete``) and the partition's LSO has not moved. Only evidence
@@ -421,7 +454,7 @@ def _family_sql(config: GroupsConfig, now_ms: int, offsets_incomplete: bool) -> 
       SELECT * FROM current_at
       UNION ALL
       SELECT {keys}, prev_lso AS last_stable_offset,
-        COALESCE(hwm, CAST(-1 AS BIGINT)) AS high_watermark, since_ms
+        COALESCE(hwm, CAST(-1 AS BIGINT)) AS high_watermark, prev_committed AS committed_offset, since_ms
       FROM carried_at WHERE {no_evidence}
     )"""
     # The transaction AT the LSO: the open one whose first offset is the LSO. At most one can
@@ -434,7 +467,9 @@ def _family_sql(config: GroupsConfig, now_ms: int, offsets_incomplete: bool) -> 
     # bound of a join kept in place: both sides of the second join go through in_place.
     tables["blocked_all"] = f"""
     SELECT /*+ SHUFFLE_HASH(txn_at_start) */
-      `group`, topic, `partition`, last_stable_offset AS committed_offset, last_stable_offset,
+      `group`, topic, `partition`,
+      CASE WHEN committed_offset >= 0 THEN committed_offset ELSE last_stable_offset END AS committed_offset,
+      last_stable_offset,
       high_watermark, since_ms,
       GREATEST(CAST(0 AS BIGINT), {now_ms} - since_ms) AS blocked_ms,
       txn.transactional_id AS transactional_id,
@@ -457,13 +492,14 @@ def _family_sql(config: GroupsConfig, now_ms: int, offsets_incomplete: bool) -> 
     queries = {
         "lags": f"""
     SELECT * FROM (
-      SELECT `group`, topic, SUM(consumable_lag) AS consumable_lag, SUM(blocked_lag) AS blocked_lag
+      SELECT `group`, topic, SUM(consumable_lag) AS consumable_lag, SUM(blocked_lag) AS blocked_lag,
+        SUM(upper_bound_partitions) AS upper_bound_partitions
       FROM by_topic GROUP BY `group`, topic
     ) WHERE consumable_lag IS NOT NULL
     ORDER BY consumable_lag + blocked_lag DESC, `group`, topic
     LIMIT {config.max_group_series}""",
         "partition_lags": f"""
-    SELECT {keys}, consumable_lag, blocked_lag FROM by_topic
+    SELECT {keys}, consumable_lag, blocked_lag, upper_bound_partitions FROM by_topic
     WHERE `partition` IS NOT NULL AND consumable_lag IS NOT NULL
     ORDER BY consumable_lag + blocked_lag DESC, {keys}
     LIMIT {partition_limit}""",
@@ -483,11 +519,8 @@ def _family_sql(config: GroupsConfig, now_ms: int, offsets_incomplete: bool) -> 
         FROM blocked_all
       )
     ) GROUP BY `group`""",
-        "by_application": f"""
-    SELECT COALESCE(application, '{UNKNOWN_APPLICATION}') AS application, txn_class, COUNT(1) AS `count`
-    FROM txns GROUP BY COALESCE(application, '{UNKNOWN_APPLICATION}'), txn_class""",
         "lso_history": "SELECT * FROM lso_history",
-        "at_lso": f"SELECT {keys}, last_stable_offset, since_ms FROM at_lso",
+        "at_lso": f"SELECT {keys}, last_stable_offset, since_ms, committed_offset FROM at_lso",
     }
     with_clause = "WITH\n" + ",\n".join(f"{name} AS ({query}\n)" for name, query in tables.items())
     return with_clause, queries
@@ -514,6 +547,7 @@ def groups_result_from_dicts(by_kind: Mapping[str, Sequence[Mapping[str, Any]]])
             consumable_lag=int(r["consumable_lag"]),
             blocked_lag=int(r["blocked_lag"]),
             partition=int(r.get("partition", -1)),
+            upper_bound_partitions=int(r.get("upper_bound_partitions") or 0),
         )
 
     def blocked(r: Mapping[str, Any]) -> BlockedGroupPartition:
@@ -559,19 +593,6 @@ def groups_result_from_dicts(by_kind: Mapping[str, Sequence[Mapping[str, Any]]])
                 key=lambda x: x.group,
             )
         ),
-        by_application=tuple(
-            sorted(
-                (
-                    ApplicationTransactions(
-                        application=r["application"],
-                        txn_class=TxnClass(r["txn_class"]),
-                        count=int(r["count"]),
-                    )
-                    for r in rows("by_application")
-                ),
-                key=lambda x: (x.application, x.txn_class),
-            )
-        ),
         carry=GroupsCarry(
             lso_history=tuple(
                 sorted(
@@ -596,6 +617,7 @@ def groups_result_from_dicts(by_kind: Mapping[str, Sequence[Mapping[str, Any]]])
                             partition=int(r["partition"]),
                             last_stable_offset=int(r["last_stable_offset"]),
                             since_ms=int(r["since_ms"]),
+                            committed_offset=int(r.get("committed_offset", -1)),
                         )
                         for r in rows("at_lso")
                     ),

@@ -1,19 +1,68 @@
-"""Attribution rules: a transactional id mapped to its application by one Spark Column."""
+"""Attribution rules: a transactional id mapped to its application by one Spark Column.
+
+The built-in rules match only the shape each framework gives its ids (docs/groups.md): the
+table below holds ids as the frameworks make them, and near misses that must stay unknown.
+"""
 
 from __future__ import annotations
 
 import pytest
 from pyspark.sql import SparkSession
 
-from exporter.groups_config import BUILTIN_RULES, AttributionRule, parse_attribution
+from exporter.groups_config import BUILTIN_RULES, AttributionRule, parse_attribution, spring_rule
 from exporter.pipeline.attribution import application_column
 
 pytestmark = pytest.mark.spark
 
 STREAMS_V2 = "order-enricher-3f2b8c1e-9a4d-4e7f-b1c2-0d9e8f7a6b5c-1"
-STREAMS_V1 = "order-enricher-0_12"
 FLINK = "fraud-sink-3-1742"
-SPRING = "payments-tx-7"
+
+#: (transactional id, application under the built-ins and a spring rule for "tx-" and
+#: "payments.tx-"; None: unknown). Ids as the frameworks build them:
+#: Kafka Streams v2 ``<application.id>-<processId UUID>-<stream thread index from 1>``
+#: (2.6-2.7 eos-beta: no index), v1 ``<application.id>-<subtopology>_<partition>``;
+#: Flink's KafkaSink ``<prefix>-<subtaskId>-<checkpointOffset>``; Spring's producer factory
+#: ``<transactionIdPrefix><n>`` (2.x EOS alpha: ``<prefix><group>.<topic>.<partition>``).
+CASES: list[tuple[str | None, str | None]] = [
+    # Kafka Streams exactly-once v2
+    (STREAMS_V2, "order-enricher"),
+    ("wordcount-5e0b4d7c-1f2a-4b3c-8d9e-0a1b2c3d4e5f-12", "wordcount"),
+    ("kte-streams-app_v2-0aa7c9e2-5b61-4d0c-9f63-3e2d1c0b9a87-2", "kte-streams-app_v2"),
+    ("order-enricher-3f2b8c1e-9a4d-4e7f-b1c2-0d9e8f7a6b5c", "order-enricher"),  # 2.6-2.7 eos-beta
+    ("order-enricher-3f2b8c1e-9a4d-4e7f-b1c2-0d9e8f7a6b5c-0", None),  # threads count from 1
+    ("order-enricher-3F2B8C1E-9A4D-4E7F-B1C2-0D9E8F7A6B5C-1", None),  # Java prints UUIDs lower case
+    ("order-enricher-3f2b8c1e9a4d4e7fb1c20d9e8f7a6b5c-1", None),  # not a UUID's groups
+    ("3f2b8c1e-9a4d-4e7f-b1c2-0d9e8f7a6b5c-1", None),  # no application.id
+    # Kafka Streams exactly-once v1 (eos-alpha)
+    ("order-enricher-0_12", "order-enricher"),
+    ("streams-pipe_2-1_0", "streams-pipe_2"),
+    ("order-enricher-01_2", None),  # Java prints no leading zero
+    ("order-enricher-0_1_2", None),
+    ("order-enricher-0-12_", None),
+    ("0_12", None),
+    # Flink KafkaSink
+    (FLINK, "fraud-sink"),
+    ("kafka-sink-0-1", "kafka-sink"),
+    ("fraud-sink-3-07", None),
+    ("fraud-sink-3", None),
+    ("-3-17", None),
+    # Spring for Apache Kafka, only with the prefixes it is given
+    ("tx-0", "tx"),
+    ("tx-17", "tx"),
+    ("payments.tx-4", "payments.tx"),
+    ("tx-orders-group.orders.3", "tx"),  # Spring Kafka 2.x EOS alpha, per group/topic/partition
+    ("tx-07", None),
+    ("tx-", None),
+    ("txn-5", None),  # another prefix
+    ("anything-7", None),  # ends in digits, no known prefix: not made up into "anything"
+    ("payments-tx-7", None),
+    ("billingtx12", None),
+    # no framework's shape
+    ("standalone", None),
+    ("12345", None),
+    (None, None),
+]
+RULES = (*BUILTIN_RULES, spring_rule(["tx-", "payments.tx-"]))
 
 
 def attribute(
@@ -26,31 +75,23 @@ def attribute(
     return [r["app"] for r in rows]
 
 
-def test_kafka_streams_exactly_once_v2_id_maps_to_the_application_id(spark: SparkSession) -> None:
-    assert attribute(spark, [STREAMS_V2]) == ["order-enricher"]
+def test_each_builtin_rule_matches_its_frameworks_ids_and_nothing_near_them(spark: SparkSession) -> None:
+    got = attribute(spark, [tid for tid, _ in CASES], RULES)
+    wrong = [(tid, want, app) for (tid, want), app in zip(CASES, got, strict=True) if app != want]
+    assert wrong == [], "(id, expected, got)"
 
 
-def test_kafka_streams_exactly_once_v1_task_id_maps_to_the_application_id(spark: SparkSession) -> None:
-    assert attribute(spark, [STREAMS_V1]) == ["order-enricher"]
+def test_without_a_spring_rule_no_id_is_taken_for_springs(spark: SparkSession) -> None:
+    assert attribute(spark, ["tx-0", "payments.tx-4", "anything-7"]) == [None, None, None]
 
 
-def test_flink_kafka_sink_id_maps_to_its_prefix(spark: SparkSession) -> None:
-    assert attribute(spark, [FLINK]) == ["fraud-sink"]
-
-
-def test_spring_prefix_and_counter_maps_to_the_prefix_without_separator(spark: SparkSession) -> None:
-    assert attribute(spark, [SPRING, "billingtx12"]) == ["payments-tx", "billingtx"]
-
-
-def test_spring_prefix_that_ends_in_a_digit_before_its_separator_keeps_it(spark: SparkSession) -> None:
-    """A random or versioned prefix (``-0c312328-``, ``-v2-``) is the application whatever its
-    last character; before, a prefix ending in a digit matched no rule."""
-    ids: list[str | None] = ["orders-v2-5", "kte-hanging-0c312328-0", "kte-hanging-ba57efcd-0", "x_12_3"]
-    assert attribute(spark, ids) == ["orders-v2", "kte-hanging-0c312328", "kte-hanging-ba57efcd", "x_12"]
-
-
-def test_ids_no_rule_matches_and_null_ids_have_no_application(spark: SparkSession) -> None:
-    assert attribute(spark, ["standalone", "12345", None]) == [None, None, None]
+def test_spring_rule_with_a_fixed_application_and_overlapping_prefixes(spark: SparkSession) -> None:
+    rules = (spring_rule(["orders-", "orders-tx-"]), spring_rule(["legacy."], application="ledger"))
+    assert attribute(spark, ["orders-tx-3", "orders-3", "legacy.0"], rules) == [
+        "orders-tx",
+        "orders",
+        "ledger",
+    ]
 
 
 def test_user_rule_with_a_named_group_yields_that_group(spark: SparkSession) -> None:
@@ -77,12 +118,11 @@ def test_user_rule_without_group_yields_the_whole_match_or_its_fixed_name(spark:
 
 
 def test_first_matching_rule_wins_so_user_rules_placed_first_override_builtins(spark: SparkSession) -> None:
-    after, _ = parse_attribution([{"pattern": "^orders-tx-\\d+$", "application": "orders"}], "attribution")
-    before, _ = parse_attribution(
-        [{"pattern": "^orders-tx-\\d+$", "application": "orders"}, "builtins"], "attribution"
-    )
-    assert attribute(spark, ["orders-tx-4"], after) == ["orders-tx"]  # Spring's rule first
-    assert attribute(spark, ["orders-tx-4"], before) == ["orders"]
+    rule = {"pattern": "^orders-\\d+-\\d+$", "application": "order-service"}
+    after, _ = parse_attribution([rule], "attribution")
+    before, _ = parse_attribution([rule, "builtins"], "attribution")
+    assert attribute(spark, ["orders-4-2"], after) == ["orders"]  # Flink's rule first
+    assert attribute(spark, ["orders-4-2"], before) == ["order-service"]
 
 
 def test_no_rules_attribute_nothing(spark: SparkSession) -> None:

@@ -9,6 +9,7 @@ from exporter.groups_config import (
     java_pattern,
     parse_attribution,
     parse_groups,
+    spring_rule,
 )
 
 PATH = "clusters[0].groups"
@@ -123,3 +124,26 @@ def test_python_named_groups_are_rewritten_for_java() -> None:
     assert AttributionRule("r", r"^(?<application>a)(b)").group_index == 1
     assert AttributionRule("r", r"^(a)(?P<application>b)").group_index == 2
     assert AttributionRule("r", r"^ab").group_index == 0
+
+
+def test_the_builtins_are_streams_and_flink_and_spring_needs_its_prefixes() -> None:
+    assert [r.name for r in BUILTIN_RULES] == ["kafka_streams_eos_v2", "kafka_streams_eos_v1", "flink"]
+    rules, problems = parse_attribution(
+        ["builtins", {"builtin": "spring", "prefixes": ["tx-"], "application": "payments"}], "attribution"
+    )
+    assert problems == []
+    assert rules == (*BUILTIN_RULES, spring_rule(["tx-"], "payments"))
+    rules, problems = parse_attribution([{"builtin": "spring", "prefixes": "tx-"}], "attribution")
+    assert (rules, problems) == ((spring_rule(["tx-"]),), [])
+    _, problems = parse_attribution(
+        [{"builtin": "spring"}, {"builtin": "spring", "prefixes": [""], "colour": 1}], "attribution"
+    )
+    assert problems == [
+        "attribution[0].prefixes: the spring rule needs the transactionIdPrefix of each application "
+        "(a list of non-empty strings): an id ending in digits alone does not tell Spring's",
+        "attribution[1].colour: unknown key (allowed beside builtin spring: prefixes, application)",
+        "attribution[1].prefixes: the spring rule needs the transactionIdPrefix of each application "
+        "(a list of non-empty strings): an id ending in digits alone does not tell Spring's",
+    ]
+    _, problems = parse_attribution([{"builtin": "flink", "prefixes": ["x"]}], "attribution")
+    assert problems == ["attribution[0].prefixes: not allowed beside builtin"]

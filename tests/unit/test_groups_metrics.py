@@ -8,7 +8,6 @@ from prometheus_client.registry import Collector
 
 from exporter.metrics.groups import render_group_families
 from exporter.model import (
-    ApplicationTransactions,
     BlockedGroupPartition,
     GroupLag,
     GroupsResult,
@@ -48,7 +47,6 @@ RESULT = GroupsResult(
         ),
     ),
     groups=(GroupSummary("reader", 1, "Stable", blocked_partitions=1, unstable_offset_commits=2),),
-    by_application=(ApplicationTransactions("app", TxnClass.HANGING, 1),),
 )
 
 
@@ -113,15 +111,11 @@ def test_unknown_transaction_at_the_lso_renders_empty_labels() -> None:
     ) in render()
 
 
-def test_group_counts_and_transactions_by_application() -> None:
+def test_group_counts() -> None:
     text = render()
     assert 'kafka_txn_consumer_group_blocked_partitions{group="reader",kafka_cluster="prod"} 1.0' in text
     assert (
         'kafka_txn_consumer_group_unstable_offset_commits{group="reader",kafka_cluster="prod"} 2.0'
-    ) in text
-    assert (
-        'kafka_txn_open_transactions_by_application{application="app",class="hanging",'
-        'kafka_cluster="prod"} 1.0'
     ) in text
 
 
@@ -142,6 +136,5 @@ def test_every_family_is_described_even_without_groups() -> None:
         "kafka_txn_consumer_group_blocked_seconds",
         "kafka_txn_consumer_group_blocked_partitions",
         "kafka_txn_consumer_group_unstable_offset_commits",
-        "kafka_txn_open_transactions_by_application",
     }
     assert all(not f.samples for f in families)

@@ -13,7 +13,6 @@ from pyspark.sql import DataFrame, SparkSession
 
 from exporter.groups_config import GroupsConfig
 from exporter.model import (
-    ApplicationTransactions,
     ConsumableCheck,
     GroupLag,
     GroupOffset,
@@ -119,6 +118,97 @@ def test_read_committed_group_at_the_lso_is_blocked_by_the_transaction_at_the_ls
     assert [(g.group, g.blocked_partitions) for g in third.groups] == [("reader", 1)]
 
 
+# committed 9 (a consumer that commits its last record + 1: record 8, then the commit marker
+# of its transaction at 9), a hanging transaction from 10: nothing a read_committed consumer
+# gets lies before the LSO.
+MARKER_ONLY = ConsumableCheck(TOPIC, 0, from_offset=9, to_offset=10, consumable_records=0)
+
+
+def test_a_group_with_only_markers_before_the_lso_is_blocked_like_one_committed_at_the_lso(
+    spark: SparkSession,
+) -> None:
+    first, second, third = cycles(
+        spark, [offset("spring", 9)], [(TOPIC, 0, 15, 10)], [OPEN_AT_10], 3, checks=[MARKER_ONLY]
+    )
+    assert first.blocked == () and second.blocked == ()
+    [blocked] = third.blocked
+    assert (blocked.group, blocked.committed_offset, blocked.last_stable_offset) == ("spring", 9, 10)
+    assert (blocked.transactional_id, blocked.start_offset, blocked.application) == (
+        TID,
+        10,
+        "order-enricher",
+    )
+    assert blocked.blocked_since_ms == T0 and blocked.blocked_ms == 2 * CYCLE_MS
+    assert third.lags == (GroupLag("spring", TOPIC, consumable_lag=0, blocked_lag=5),)
+    assert [g.blocked_partitions for g in third.groups] == [1]
+    assert [(a.committed_offset, a.since_ms) for a in third.carry.at_lso] == [(9, T0)]
+
+
+@pytest.mark.parametrize(
+    ("check", "lag"),
+    [
+        pytest.param(ConsumableCheck(TOPIC, 0, 9, 10, 1), 1, id="a-record-before-the-lso"),
+        pytest.param(ConsumableCheck(TOPIC, 0, 9, 10, 0, exact=False), 0, id="batches-not-all-read"),
+        pytest.param(None, 1, id="no-check"),
+        pytest.param(ConsumableCheck(TOPIC, 0, 8, 10, 0), 1, id="check-of-another-committed-offset"),
+    ],
+)
+def test_a_group_below_the_lso_is_not_blocked_unless_the_batches_between_were_read_and_hold_nothing(
+    spark: SparkSession, check: ConsumableCheck | None, lag: int
+) -> None:
+    *_, last = cycles(
+        spark, [offset("g", 9)], [(TOPIC, 0, 15, 10)], [OPEN_AT_10], 4, checks=[check] if check else []
+    )
+    assert last.blocked == () and last.carry.at_lso == ()
+    assert [(x.consumable_lag, x.blocked_lag) for x in last.lags] == [(lag, 5)]
+
+
+def test_consumable_lag_not_read_to_the_lso_is_counted_as_an_upper_bound(spark: SparkSession) -> None:
+    offsets = [offset("g", 2, partition=p) for p in range(4)]
+    parts = [(TOPIC, p, 15, 10) for p in range(3)] + [(TOPIC, 3, 2, 2)]
+    checks = [
+        ConsumableCheck(TOPIC, 0, 2, 10, 5),  # read to the LSO: exact
+        ConsumableCheck(TOPIC, 1, 2, 10, 6, exact=False),  # the byte budget ran out
+    ]  # partition 2: not read (LSO - committed); partition 3: at the HWM (exact 0)
+    [result] = cycles(spark, offsets, parts, [], 1, GroupsConfig(enabled=True, per_partition=True), checks)
+    assert result.lags == (GroupLag("g", TOPIC, 5 + 6 + 8, 15, upper_bound_partitions=2),)
+    assert [(x.partition, x.consumable_lag, x.upper_bound_partitions) for x in result.partition_lags] == [
+        (0, 5, 0),
+        (1, 6, 1),
+        (2, 8, 1),
+        (3, 0, 0),
+    ]
+
+
+def test_a_cycle_that_could_not_read_the_batches_keeps_a_group_at_the_same_committed_offset_and_lso(
+    spark: SparkSession,
+) -> None:
+    """Nothing below an LSO that has not moved can become consumable: a group seen with only
+    markers before the LSO stays at it, since unchanged, while its committed offset and the
+    LSO stay put, though the batches were not read again (the byte budget went to others, a
+    Fetch failed). A committed offset that moved ends it."""
+    carry: GroupsCarry | None = None
+    seen = []
+    for i, (committed, check) in enumerate(
+        [(9, [MARKER_ONLY]), (9, []), (9, [MARKER_ONLY]), (9, []), (8, [])]
+    ):
+        result = compute_groups(
+            spark,
+            [offset("g", committed)],
+            partitions(spark, [(TOPIC, 0, 15, 10)]),
+            transactions(spark, [OPEN_AT_10]),
+            CONFIG,
+            T0 + i * CYCLE_MS,
+            checks=check,
+            carry=carry,
+        )
+        carry = result.carry
+        seen.append(
+            ([(b.committed_offset, b.blocked_since_ms) for b in result.blocked], len(result.carry.at_lso))
+        )
+    assert seen == [([], 1), ([], 1), ([(9, T0)], 1), ([(9, T0)], 1), ([], 0)]
+
+
 def test_read_uncommitted_group_past_the_lso_is_never_blocked(spark: SparkSession) -> None:
     *_, last = cycles(
         spark, [offset("uncommitted", 15), offset("midway", 12)], [(TOPIC, 0, 15, 10)], [OPEN_AT_10], 4
@@ -133,7 +223,10 @@ def test_read_uncommitted_group_past_the_lso_is_never_blocked(spark: SparkSessio
 
 def test_group_behind_the_lso_has_consumable_and_blocked_lag_and_is_not_blocked(spark: SparkSession) -> None:
     *_, last = cycles(spark, [offset("behind", 4)], [(TOPIC, 0, 15, 10)], [OPEN_AT_10], 3)
-    assert last.lags == (GroupLag("behind", TOPIC, consumable_lag=6, blocked_lag=5),)
+    # no batch read: LSO - committed, an upper bound (markers may lie between)
+    assert last.lags == (
+        GroupLag("behind", TOPIC, consumable_lag=6, blocked_lag=5, upper_bound_partitions=1),
+    )
     assert last.blocked == ()
 
 
@@ -141,12 +234,12 @@ def test_lag_sums_partitions_of_a_topic_and_per_partition_rows_are_opt_in(spark:
     offsets = [offset("g", 4, partition=0), offset("g", 7, partition=1)]
     parts = [(TOPIC, 0, 15, 10), (TOPIC, 1, 9, 9)]
     [default] = cycles(spark, offsets, parts, [], 1)
-    assert default.lags == (GroupLag("g", TOPIC, consumable_lag=8, blocked_lag=5),)
+    assert default.lags == (GroupLag("g", TOPIC, consumable_lag=8, blocked_lag=5, upper_bound_partitions=2),)
     assert default.partition_lags == ()
     [opted] = cycles(spark, offsets, parts, [], 1, GroupsConfig(enabled=True, per_partition=True))
     assert opted.partition_lags == (
-        GroupLag("g", TOPIC, 6, 5, partition=0),
-        GroupLag("g", TOPIC, 2, 0, partition=1),
+        GroupLag("g", TOPIC, 6, 5, partition=0, upper_bound_partitions=1),
+        GroupLag("g", TOPIC, 2, 0, partition=1, upper_bound_partitions=1),
     )
 
 
@@ -160,7 +253,7 @@ def test_a_group_whose_rows_disagree_on_its_state_still_has_one_lag_and_one_summ
         dataclasses.replace(offset("g", 7, partition=1, pending=True), group_state="Empty", coordinator_id=2),
     ]
     [result] = cycles(spark, offsets, [(TOPIC, 0, 15, 10), (TOPIC, 1, 9, 9)], [], 1)
-    assert result.lags == (GroupLag("g", TOPIC, consumable_lag=8, blocked_lag=5),)
+    assert result.lags == (GroupLag("g", TOPIC, consumable_lag=8, blocked_lag=5, upper_bound_partitions=2),)
     [summary] = result.groups
     assert (summary.group_state, summary.coordinator_id, summary.unstable_offset_commits) == ("Stable", 2, 1)
 
@@ -297,7 +390,7 @@ def test_lag_stuck_at_one_is_zero_when_the_batches_show_nothing_consumable_befor
     )
     assert result.partition_lags == (
         GroupLag("g", TOPIC, 0, 0, partition=0),
-        GroupLag("g", TOPIC, 1, 0, partition=1),
+        GroupLag("g", TOPIC, 1, 0, partition=1, upper_bound_partitions=1),
     )
 
 
@@ -314,20 +407,6 @@ def test_pending_transactional_commits_are_counted_per_group(spark: SparkSession
         1,
     )
     assert [(g.group, g.unstable_offset_commits) for g in result.groups] == [("plain", 0), ("txn-group", 2)]
-
-
-def test_open_transactions_are_counted_per_application_and_class(spark: SparkSession) -> None:
-    txns = [
-        OPEN_AT_10,
-        (TOPIC, 1, 4, "fraud-sink-3-17", 8, TxnClass.ONGOING.value, 10),
-        (TOPIC, 2, 4, None, 9, TxnClass.HANGING.value, 10),
-    ]
-    [result] = cycles(spark, [], [(TOPIC, 0, 15, 10)], txns, 1)
-    assert result.by_application == (
-        ApplicationTransactions("fraud-sink", TxnClass.ONGOING, 1),
-        ApplicationTransactions("order-enricher", TxnClass.HANGING, 1),
-        ApplicationTransactions("unknown", TxnClass.HANGING, 1),
-    )
 
 
 def test_series_bounds_keep_the_largest_lags(spark: SparkSession) -> None:
@@ -389,7 +468,7 @@ def test_each_output_of_the_family_reads_alone_as_it_reads_in_the_one_action(spa
     together: dict[str, list[dict[str, object]]] = {}
     for row in frames.single().collect():
         together.setdefault(row["kind"], []).append(json.loads(row["row"]))
-    assert set(together) >= {"lags", "blocked", "groups", "by_application", "lso_history", "at_lso"}
+    assert set(together) >= {"lags", "blocked", "groups", "lso_history", "at_lso"}
     for name in frames.queries:
         # as to_json writes a row: without its null fields
         alone = [

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from exporter.metrics.collector import ExporterMetrics, TransactionHealthCollector
 from exporter.metrics.state import ClusterState, StateStore
 from exporter.model import (
+    ApplicationTransactions,
     BrokerMetrics,
     CoordinatorCount,
     CoordinatorMetrics,
@@ -68,6 +69,10 @@ def result() -> CycleResult:
         findings=(hanging_finding(),),
         open_transactions_by_class=((TxnClass.HANGING, 1), (TxnClass.ONGOING, 1)),
         open_transactions_unknown=((UnknownReason.OWNER_MAY_BE_INVISIBLE, 2), (UnknownReason.UNVERIFIED, 0)),
+        open_transactions_by_application=(
+            ApplicationTransactions("order-enricher", TxnClass.ONGOING, 1),
+            ApplicationTransactions("unknown", TxnClass.HANGING, 1),
+        ),
         transactional_ids_visible=False,
         transaction_version=2,
         memory=PipelineMemory(timeout_aborts_total=(CoordinatorCount(1, 3),)),
@@ -122,6 +127,17 @@ def test_kafka_derived_gauges() -> None:
         r.get_sample_value("kafka_txn_open_transactions", {"kafka_cluster": "prod", "class": "hanging"}) == 1
     )
     assert r.get_sample_value("kafka_txn_open_transactions", {"kafka_cluster": "prod", "class": "late"}) == 0
+
+
+def test_open_transactions_by_application_are_served_without_the_group_family() -> None:
+    r = render()  # the result has no consumer-group family (groups off)
+    app = {"kafka_cluster": "prod", "application": "order-enricher", "class": "ongoing"}
+    assert r.get_sample_value("kafka_txn_open_transactions_by_application", app) == 1
+    unknown = {"kafka_cluster": "prod", "application": "unknown", "class": "hanging"}
+    assert r.get_sample_value("kafka_txn_open_transactions_by_application", unknown) == 1
+    assert (
+        r.get_sample_value("kafka_txn_consumer_group_blocked_partitions", {"kafka_cluster": "prod"}) is None
+    )
 
 
 def test_finding_series_carry_what_an_operator_needs_to_abort() -> None:

@@ -1614,3 +1614,38 @@ def test_a_cycle_runs_as_one_spark_job_with_no_broadcast_and_no_shuffle_between_
     info = tracker.getJobInfo(jobs[0])
     assert info is not None
     assert len(info.stageIds) == 1
+
+
+# --- attribution: open transactions by application, groups or not ------------------------------
+
+
+@pytest.mark.parametrize("groups", [None, GroupsConfig(enabled=False), GroupsConfig(enabled=True)])
+def test_open_transactions_are_counted_per_application_and_class_whether_or_not_groups_are_on(
+    spark: SparkSession, groups: GroupsConfig | None
+) -> None:
+    streams = "order-enricher-3f2b8c1e-9a4d-4e7f-b1c2-0d9e8f7a6b5c-1"
+    snap = snapshot(
+        producers=[
+            producer("t", 0, pid=1),
+            producer("t", 1, pid=2, last_ts=NOW - MIN),
+            producer("t", 2, pid=3, last_ts=NOW - MIN),
+        ],
+        partitions=[offsets("t", p) for p in range(3)],
+        listed_txns=[listed(streams, 2), listed("adhoc", 3)],
+        txns=[described(streams, pid=2, parts=(("t", 1),)), described("adhoc", pid=3, parts=(("t", 2),))],
+    )
+    result = compute(spark, snap, AT_ONCE, None, NOW, groups=groups)
+    assert [(a.application, a.txn_class, a.count) for a in result.open_transactions_by_application] == [
+        ("order-enricher", TxnClass.ONGOING, 1),
+        ("unknown", TxnClass.HANGING, 1),  # no transactional id: pid 1 is listed nowhere
+        ("unknown", TxnClass.ONGOING, 1),  # "adhoc": no rule matches
+    ]
+    # the group family is there (empty) whenever groups are on, offsets read or not
+    assert (result.groups is not None) == bool(groups and groups.enabled)
+    if result.groups is not None:
+        assert result.groups.lags == () and result.groups.blocked == ()
+
+
+def test_no_open_transaction_counts_no_application(spark: SparkSession) -> None:
+    result = compute(spark, snapshot(partitions=[offsets(hw=10, lso=10)]), AT_ONCE, None, NOW)
+    assert result.open_transactions_by_application == ()
