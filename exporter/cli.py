@@ -77,7 +77,7 @@ def setup_logging(level: str, fmt: str = "text") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     # The clients are chatty at INFO; their errors reach us as results anyway.
-    for noisy in ("kafka", "py4j", "apscheduler.executors.default", "apscheduler.scheduler"):
+    for noisy in ("kafka", "py4j"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
 
 
