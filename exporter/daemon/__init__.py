@@ -182,7 +182,8 @@ class Daemon:
         self.pipeline.stop()  # waits for a pipeline run in flight, then stops Spark
         if self._started and not self.rounds.join(STOP_WAIT_S):
             log.warning("the schedule was still running %.0f s after stop", STOP_WAIT_S)
-        _wait_idle(self.jobs, STOP_WAIT_S)
+        if _wait_idle(self.jobs, STOP_WAIT_S):
+            self.rounds.close()
         log.info("exporter stopped")
 
     def wait_idle(self, wait_s: float) -> bool:

@@ -158,7 +158,7 @@ class RoundScheduler:
 
     def join(self, wait_s: float) -> bool:
         """Wait (at most ``wait_s``) for the schedule's threads and the collections in flight
-        to end after :meth:`stop`; then the stage threads go too."""
+        to end after :meth:`stop`."""
         deadline = time.monotonic() + wait_s
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
@@ -166,9 +166,12 @@ class RoundScheduler:
             idle = self._cond.wait_for(
                 lambda: not self._collecting, timeout=max(0.0, deadline - time.monotonic())
             )
-        if idle:  # a collection still running would find no thread for its next stage
-            self.stage_pool.shutdown(wait=False, cancel_futures=True)
         return idle and not any(t.is_alive() for t in self._threads)
+
+    def close(self) -> None:
+        """The stage threads go as soon as they are idle (after :meth:`stop`, once no cycle
+        is in flight: a collection still running would find no thread for its next stage)."""
+        self.stage_pool.shutdown(wait=False, cancel_futures=True)
 
     def estimate(self) -> str | None:
         """Warn (once) when the clusters cannot all be cycled on time at the estimated costs
