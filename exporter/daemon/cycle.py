@@ -188,6 +188,10 @@ class ClusterJob:
     def _end(self) -> None:
         self._running.release()
 
+    def cancel(self) -> None:
+        """End a cycle begun (:meth:`begin`) whose collection never started."""
+        self._end()
+
     def skipped(self, why: str = "the previous cycle is still running") -> None:
         """A scheduled cycle that did not run, or whose snapshot missed its round: counted
         every time, logged at the first of a streak."""

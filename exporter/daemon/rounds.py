@@ -25,13 +25,14 @@ and listeners are per cluster (:mod:`exporter.daemon.cycle`).
 
 from __future__ import annotations
 
+import functools
 import logging
 import statistics
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from exporter.daemon import heap
@@ -113,7 +114,6 @@ class RoundScheduler:
         self._ready: dict[ClusterJob, Collection] = {}
         self._rounds: list[_Round] = []
         self._compute_wanted = False
-        self._computing = False
         self._stopping = False
         self._threads: list[threading.Thread] = []
         #: (clusters, seconds) of the last rounds, for the measured capacity estimate.
@@ -224,7 +224,8 @@ class RoundScheduler:
             return
         for job in started:
             self._collecting.add(job)
-            self._collect_pool.submit(self._collect, job)
+            future = self._collect_pool.submit(self._collect, job)
+            future.add_done_callback(functools.partial(self._dropped, job))
         wait = min((job.collection_deadline_s for job in started), default=0.0)
         deadline = now + (wait + ROUND_GRACE_S if started else 0.0)
         self._rounds.append(_Round(deadline=deadline, pending=set(started)))
@@ -247,6 +248,15 @@ class RoundScheduler:
                     else:
                         self._ready[job] = collection
                 self._cond.notify_all()
+
+    def _dropped(self, job: ClusterJob, future: Future[None]) -> None:
+        """A collection still queued when the schedule stopped: its cycle ends, unpublished."""
+        if not future.cancelled():
+            return
+        with self._cond:
+            self._collecting.discard(job)
+            job.cancel()
+            self._cond.notify_all()
 
     def _close_rounds(self, now: float) -> bool:
         """Close the rounds whose collections are all done or whose deadline passed; a
@@ -278,7 +288,6 @@ class RoundScheduler:
                 self._compute_wanted = False
                 batch = list(self._ready.values())
                 self._ready.clear()
-                self._computing = bool(batch)
             if batch:
                 try:
                     seconds = run_round(self._pipeline, batch)
@@ -286,7 +295,6 @@ class RoundScheduler:
                 finally:
                     heap.trim()
                     with self._cond:
-                        self._computing = False
                         self.rounds += 1
                         self._cond.notify_all()
                 log.debug("round of %d cluster(s) computed in %.2f s", len(batch), seconds)

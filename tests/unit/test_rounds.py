@@ -95,7 +95,9 @@ class Engine:
 class Fleet:
     """Jobs on stand-in collectors, a real PipelineRunner on a stand-in session, a scheduler."""
 
-    def __init__(self, engine: Engine, clusters: dict[str, str], stragglers: Sequence[str] = ()) -> None:
+    def __init__(
+        self, engine: Engine, clusters: dict[str, str], stragglers: Sequence[str] = (), workers: int = 4
+    ) -> None:
         config = parse_config(
             {
                 "clusters": [
@@ -117,7 +119,7 @@ class Fleet:
             ClusterJob(c, self.collectors[c.name], self.pipeline, self.store, self.metrics)  # type: ignore[arg-type]
             for c in config.clusters
         ]
-        self.scheduler = RoundScheduler(self.pipeline, workers=4, clients_kept_open=16)
+        self.scheduler = RoundScheduler(self.pipeline, workers=workers, clients_kept_open=16)
 
     def computed(self, engine: Engine, condition: Callable[[list[list[str]]], bool]) -> list[list[str]]:
         """The engine's rounds once ``condition`` holds and those rounds are published."""
@@ -144,8 +146,10 @@ class Fleet:
 def fleets() -> Iterator[Callable[..., Fleet]]:
     made: list[Fleet] = []
 
-    def factory(engine: Engine, clusters: dict[str, str], stragglers: Sequence[str] = ()) -> Fleet:
-        fleet = Fleet(engine, clusters, stragglers)
+    def factory(
+        engine: Engine, clusters: dict[str, str], stragglers: Sequence[str] = (), workers: int = 4
+    ) -> Fleet:
+        fleet = Fleet(engine, clusters, stragglers, workers)
         made.append(fleet)
         return fleet
 
@@ -282,3 +286,20 @@ def test_a_fleet_that_cannot_fit_is_warned_about_at_start(
     small = fleets(Engine(), {"one": "30s"})
     small.scheduler.replace(small.jobs)
     assert small.scheduler.estimate() is None
+
+
+def test_collections_still_queued_at_stop_end_their_cycles_at_once(fleets: Callable[..., Fleet]) -> None:
+    names = [f"c{i}" for i in range(6)]
+    fleet = fleets(Engine(), dict.fromkeys(names, "1h"), stragglers=names, workers=1)
+    fleet.scheduler.start(fleet.jobs)
+    busy = [c for c in fleet.collectors.values() if c.collecting.wait(0.05)]
+    deadline = time.monotonic() + BOUND_S
+    while not busy:
+        assert time.monotonic() < deadline
+        busy = [c for c in fleet.collectors.values() if c.collecting.wait(0.05)]
+    fleet.scheduler.stop()
+    # One collection runs (its worker is the only one); the five queued behind it are dropped.
+    queued = [job for job in fleet.jobs if job.cluster.name not in {c.name for c in busy}]
+    assert len(queued) == 5
+    assert all(job.wait_idle(BOUND_S) for job in queued)
+    assert sum(c.collections for c in fleet.collectors.values()) == 0
