@@ -11,6 +11,8 @@ mkdir -p "$CACHE/bin"
 
 need_apt=()
 command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
+# testbed/streams.py compiles its Kafka Streams application with javac (a JDK).
+command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
 command -v promtool >/dev/null || need_apt+=(prometheus)
 command -v prometheus-alertmanager >/dev/null || need_apt+=(prometheus-alertmanager)

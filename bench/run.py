@@ -7,15 +7,18 @@ In order, each as a subprocess with a time limit, its output streamed as it come
    with the driver JVM's CPU by thread kind; then the same at 10k/100k as a Spark Connect
    client of a local driver;
 2. ``bench/history_bench.py``: the history store's write cost and reports;
-3. ``bench/groups_bench.py``: what the consumer-group family adds to the daemon's cycle (1000 x 100);
-4. ``bench/collect_bench.py``: collection, ours vs naive vs Kafka's find-hanging;
-5. ``bench/daemon_memory.py`` on 1 broker / 3000 partitions: the daemon's cycle against
+3. ``bench/onset_to_page.py``: from the onset of a hanging transaction (made now) to its
+   ``hanging`` class on /metrics and to ``KafkaTransactionHanging`` firing in a real
+   Prometheus, per reason, at the default 30 s interval, with the rules' ``for`` now and before;
+4. ``bench/groups_bench.py``: what the consumer-group family adds to the daemon's cycle (1000 x 100);
+5. ``bench/collect_bench.py``: collection, ours vs naive vs Kafka's find-hanging;
+6. ``bench/daemon_memory.py`` on 1 broker / 3000 partitions: the daemon's cycle against
    Kafka's find-hanging, first cycle (without and with the class archive the image ships),
    5 clusters in one process, thin (Connect) mode, the CLI's find-hanging warm and cold;
-6. the same at 10k partitions for 5+ minutes, without and with the class archive: RSS peak
+7. the same at 10k partitions for 5+ minutes, without and with the class archive: RSS peak
    and slope after minute 2;
-7. the same on 3 brokers / 10k partitions: the daemon's cycle against Kafka's find-hanging;
-8. ``bench/fleet_bench.py``: a round of 1, 3 and 5 real single-broker clusters (3000 down to
+8. the same on 3 brokers / 10k partitions: the daemon's cycle against Kafka's find-hanging;
+9. ``bench/fleet_bench.py``: a round of 1, 3 and 5 real single-broker clusters (3000 down to
    1000 partitions) in one daemon, against one cluster's cycle and against Kafka's
    find-hanging run once per cluster.
 
@@ -70,6 +73,8 @@ STEPS = (
         900.0,
     ),
     Step("history", "history_bench.py", (), ("--skip", "report"), 900.0),
+    # A real Prometheus evaluating the generated rules: minutes at the default 30 s interval.
+    Step("onset to page", "onset_to_page.py", (), (), 1500.0),
     # 7 warm cycles with and without groups, not 3: the figure is a difference of two medians
     # (1.27 and 1.54 s in two runs of the same tree with 3 and 5).
     Step("groups", "groups_bench.py", ("--repeats", "7"), ("--groups", "200", "--partitions", "50"), 900.0),
@@ -217,6 +222,35 @@ TARGETS: tuple[tuple[str, tuple[str, ...], tuple[str, float] | None, str], ...] 
         None,
         "1.16",
     ),
+    (
+        "onset -> hanging class, partition_not_in_txn (cycles)",
+        ("onset_to_hanging_class_cycles@partition_not_in_transaction",),
+        ("<=", 2.0),
+        "-",
+    ),
+    (
+        "onset -> hanging class, coordinator_not_open (cycles)",
+        ("onset_to_hanging_class_cycles@coordinator_not_open",),
+        ("<=", 2.0),
+        "-",
+    ),
+    (
+        "onset -> page, partition_not_in_txn (s)",
+        ("onset_to_page_s@partition_not_in_transaction",),
+        ("<=", 180.0),
+        "~390 (issue)",
+    ),
+    ("  with for: 5m as before (s)", ("onset_to_page_before_s@partition_not_in_transaction",), None, "~390"),
+    (
+        "onset -> page, coordinator_not_open (s)",
+        ("onset_to_page_s@coordinator_not_open",),
+        ("<=", 180.0),
+        "~390 (issue)",
+    ),
+    ("  with for: 5m as before (s)", ("onset_to_page_before_s@coordinator_not_open",), None, "~390"),
+    ("  no_transactional_id, earliest class (s)", ("no_transactional_id_earliest_class_s",), None, "-"),
+    ("  broker late gauge threshold (s)", ("broker_late_gauge_threshold_s",), None, "1200"),
+    ("  Kafka find-hanging default threshold (s)", ("find_hanging_default_threshold_s",), None, "900"),
     ("CLI find-hanging, warm engine (s, median of 3)", ("cli_warm_s",), ("<=", 3.0), "17.5 (no warm engine)"),
     ("CLI find-hanging, warm engine, first run (s)", ("cli_warm_first_s",), None, "-"),
     ("CLI find-hanging, cold (s)", ("cli_cold_s",), ("<=", 10.0), "17.5"),

@@ -42,6 +42,7 @@ from exporter.pipeline.class_archive import CLASS_ARCHIVE_ENV
 
 if TYPE_CHECKING:
     from exporter.daemon import Daemon
+    from exporter.daemon.web import WebSettings
 
 # The names scripts and older imports use; the values are the enum's.
 EXIT_OK = ExitCode.OK
@@ -174,6 +175,11 @@ def load_run_config(
 
 
 def _load(args: argparse.Namespace) -> Config:
+    return _load_with_web(args)[0]
+
+
+def _load_with_web(args: argparse.Namespace) -> tuple[Config, WebSettings]:
+    """The config and its web config file's settings (every problem named, exit 2)."""
     config = load_run_config(
         args.config_file,
         listen_address=getattr(args, "listen_address", None),
@@ -181,11 +187,10 @@ def _load(args: argparse.Namespace) -> Config:
     )
     if getattr(args, "web_config_file", None):
         config = replace(config, web=replace(config.web, config_file=args.web_config_file))
-    if config.web.config_file:
-        from exporter.daemon.web import load_web_config
+    from exporter.daemon.web import WebSettings, load_web_config
 
-        load_web_config(config.web.config_file)  # every problem named, exit 2
-    return config
+    web = load_web_config(config.web.config_file) if config.web.config_file else WebSettings()
+    return config, web
 
 
 #: check-config names this many clusters, then counts the rest.
@@ -265,18 +270,51 @@ def end_process(code: int) -> NoReturn:
 
 
 def _reload(args: argparse.Namespace, daemon: Daemon) -> None:
-    """Validate the file again and switch to it; on any problem keep the running config."""
+    """Read and validate the files again and switch to them (SIGHUP). Whatever fails (a file
+    unreadable, not UTF-8, not YAML, invalid; the listen address; anything unexpected), the
+    daemon keeps running on the previous configuration and one line says which file and
+    what is wrong. A reload never ends the process."""
+    from exporter.daemon.listen import ListenError
+
+    kept = "reload failed, still running on the previous configuration"
     try:
-        config = _load(args)
+        config, web = _load_with_web(args)
     except ConfigError as e:
-        log.error("reload failed, still running on the previous configuration: %s", e)
+        log.error("%s: %s", kept, _problems_line(args.config_file, e))
+        return
+    except Exception as e:  # never end the daemon
+        log.error("%s: %s: unexpected %s: %s", kept, args.config_file, type(e).__name__, _line(str(e)))
+        log.debug("reload failure", exc_info=True)
         return
     try:
-        daemon.reload(config)
-    except OSError as e:
-        log.error("reload failed, still running on the previous configuration: %s", e.strerror or e)
+        daemon.reload(config, web)
+    except ConfigError as e:  # the web config file changed in between
+        log.error("%s: %s", kept, _problems_line(args.config_file, e))
+        return
+    except ListenError as e:
+        log.error("%s: %s: %s", kept, args.config_file, _line(e.strerror or str(e)))
+        return
+    except Exception as e:
+        where = config.web.config_file or args.config_file
+        log.error("%s: %s: unexpected %s: %s", kept, where, type(e).__name__, _line(str(e)))
+        log.debug("reload failure", exc_info=True)
         return
     setup_logging(config.log.level, config.log.format)
+
+
+def _problems_line(config_file: str, e: ConfigError) -> str:
+    """Every problem on one line, each naming its file: the web config file's problems name
+    it already; the others are the config file's."""
+    from exporter.daemon.web import WebConfigError
+
+    if isinstance(e, WebConfigError):
+        return _line("; ".join(e.problems))
+    prefix = f"{config_file}: "
+    return prefix + _line("; ".join(p.removeprefix(prefix) for p in e.problems))
+
+
+def _line(text: str) -> str:
+    return " ".join(text.split())
 
 
 # fmt: off

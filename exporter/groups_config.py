@@ -135,12 +135,14 @@ _GROUP_KEYS = {
     "max_blocked": int,
     "consumable_check_max_offsets": int,
 }
-_MINIMUM = {
-    "blocked_after_cycles": 1,
-    "max_group_series": 0,
-    "max_partition_series": 0,
-    "max_blocked": 0,
-    "consumable_check_max_offsets": 0,
+#: Each integer key's range: what the pipeline's Spark SQL takes (a cycle count compared with
+#: an INT column, LIMITs below 2^31) and what makes sense (series bounds).
+GROUP_LIMITS: Mapping[str, tuple[int, int]] = {
+    "blocked_after_cycles": (1, 100_000),
+    "max_group_series": (0, 1_000_000),
+    "max_partition_series": (0, 1_000_000),
+    "max_blocked": (0, 100_000),
+    "consumable_check_max_offsets": (0, 1_000_000),
 }
 #: Keys that were replaced, with what replaced them.
 _REPLACED: dict[str, str] = {}
@@ -178,13 +180,15 @@ def parse_groups(raw: object, path: str) -> tuple[GroupsConfig, list[str]]:
         if value is None:
             continue
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            problems.append(
-                f"{where}: must be {'true or false' if kind is bool else 'an integer'}, got {value!r}"
-            )
+            shown = repr(value) if len(repr(value)) <= 40 else type(value).__name__
+            what = "true or false" if kind is bool else "an integer"
+            problems.append(f"{where}: must be {what}, got {shown}")
             continue
-        if isinstance(value, int) and not isinstance(value, bool) and value < _MINIMUM[str(key)]:
-            problems.append(f"{where}: must be at least {_MINIMUM[str(key)]}, got {value}")
-            continue
+        if isinstance(value, int) and not isinstance(value, bool):
+            low, high = GROUP_LIMITS[str(key)]
+            if not low <= value <= high:
+                problems.append(f"{where}: must be between {low} and {high}")
+                continue
         values[str(key)] = value
     return GroupsConfig(**values), problems
 
@@ -219,7 +223,18 @@ def java_pattern(pattern: str) -> str:
     return _PYTHON_BACKREF.sub(r"\\k<\1>", _PYTHON_NAMED_GROUP.sub(r"(?<\1>", pattern))
 
 
+def _unusable(text: str) -> bool:
+    """A NUL character or a lone surrogate: Spark (through py4j, in UTF-8) cannot take it."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return "\x00" in text
+
+
 def regex_problem(pattern: str) -> str | None:
+    if _unusable(pattern):
+        return "contains a NUL character or a lone surrogate"
     try:
         re.compile(python_pattern(pattern))
     except re.error as e:
@@ -304,13 +319,19 @@ def _spring_rule(entry: Mapping[Any, Any], where: str, problems: list[str]) -> A
     prefixes = entry.get("prefixes")
     if isinstance(prefixes, str):
         prefixes = [prefixes]
-    if not isinstance(prefixes, list) or not prefixes or not all(isinstance(p, str) and p for p in prefixes):
+    if (
+        not isinstance(prefixes, list)
+        or not prefixes
+        or not all(isinstance(p, str) and p and not _unusable(p) for p in prefixes)
+    ):
         problems.append(
             f"{where}.prefixes: the spring rule needs the transactionIdPrefix of each application "
             "(a list of non-empty strings): an id ending in digits alone does not tell Spring's"
         )
     application = entry.get("application")
-    if application is not None and (not isinstance(application, str) or not application):
+    if application is not None and (
+        not isinstance(application, str) or not application or _unusable(application)
+    ):
         problems.append(f"{where}.application: must be a non-empty string")
     if len(problems) > before:
         return None
@@ -333,10 +354,12 @@ def _user_rule(
         if error is not None:
             problems.append(f"{where}.pattern: invalid regular expression {pattern!r}: {error}")
     name = entry.get("name", f"rule_{index}")
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str) or not name or _unusable(name):
         problems.append(f"{where}.name: must be a non-empty string")
     application = entry.get("application")
-    if application is not None and (not isinstance(application, str) or not application):
+    if application is not None and (
+        not isinstance(application, str) or not application or _unusable(application)
+    ):
         problems.append(f"{where}.application: must be a non-empty string")
     if len(problems) > before:
         return None

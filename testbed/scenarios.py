@@ -311,6 +311,44 @@ def create_hanging_transaction(
     return hanging
 
 
+def create_partition_not_in_transaction(
+    cluster: KafkaCluster,
+    topic: str,
+    *,
+    owned_partition: int,
+    hanging_partition: int,
+    records: int = 1,
+    transaction_timeout_ms: int = 600_000,
+) -> HangingTransaction:
+    """A hanging transaction whose coordinator has an open transaction WITHOUT its
+    partition (reason ``partition_not_in_transaction``), made now (no back-dating):
+    InitProducerId, AddPartitionsToTxn for ``owned_partition`` and a transactional write
+    there (an ordinary open transaction), then a raw Produce v11 of the same producer to
+    ``hanging_partition`` with verification off on its leader. Once the coordinator times
+    out the owned part (``transaction_timeout_ms``) the reason becomes
+    ``coordinator_not_open``; the hanging partition stays open either way."""
+    leader = cluster.leader_of(topic, hanging_partition)
+    txn_id = cluster.transactional_id_coordinated_by("kte-notin", avoid={leader})
+    with RawClient(cluster.bootstrap_servers) as raw:
+        coordinator, producer_id, epoch = raw.init_producer_id(
+            txn_id, transaction_timeout_ms=transaction_timeout_ms
+        )
+        raw.add_partitions_to_txn(txn_id, producer_id, epoch, [(topic, owned_partition)])
+        now_ms = int(time.time() * 1000)
+        batch = transactional_batch(producer_id, epoch, records=records, timestamp_ms=now_ms)
+        _produce_raw(raw, cluster.leader_of(topic, owned_partition), txn_id, topic, owned_partition, batch)
+        set_verification(cluster, leader, False)
+        try:
+            batch = transactional_batch(producer_id, epoch, records=records, timestamp_ms=now_ms)
+            offset = _produce_raw(raw, leader, txn_id, topic, hanging_partition, batch)
+        finally:
+            set_verification(cluster, leader, None)
+    hanging = HangingTransaction(txn_id, topic, hanging_partition, producer_id, epoch, offset,
+                                 leader, coordinator, now_ms)  # fmt: skip
+    log.info("hanging transaction (partition not in the transaction) created: %s", hanging)
+    return hanging
+
+
 # -- the coordinator's timeout (KIP-588) ---------------------------------------------------
 
 
@@ -564,6 +602,7 @@ __all__ = [
     "TransactionRun",
     "TwoPhaseCommitTransaction",
     "create_hanging_transaction",
+    "create_partition_not_in_transaction",
     "force_terminate",
     "open_invisible_transaction",
     "open_two_phase_commit_transaction",

@@ -14,7 +14,7 @@ the top-level ``allow_literal_secrets: true`` says otherwise.
 from __future__ import annotations
 
 from exporter.config.keys import ConfigError, Where, parse_duration_ms
-from exporter.config.loader import load_config, read_yaml
+from exporter.config.loader import load_config, read_text, read_yaml
 from exporter.config.model import (
     CLUSTER,
     COLLECTION,
@@ -42,6 +42,7 @@ from exporter.config.model import (
     TopicFilter,
     WebConfig,
     cluster_from_flags,
+    is_secret_spark_setting,
     parse_config,
     parse_flag,
     split_host_port,
@@ -76,10 +77,12 @@ __all__ = [
     "WebConfig",
     "Where",
     "cluster_from_flags",
+    "is_secret_spark_setting",
     "load_config",
     "parse_config",
     "parse_duration_ms",
     "parse_flag",
+    "read_text",
     "read_yaml",
     "split_host_port",
 ]

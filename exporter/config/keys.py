@@ -74,7 +74,10 @@ def parse_duration_ms(value: object) -> int:
         raise ValueError("expected a duration such as 30s, 5m, 250ms, got a boolean")
     number: float
     if isinstance(value, int | float):
-        number = float(value) * 1000
+        try:
+            number = float(value) * 1000
+        except OverflowError:  # an integer beyond a float's range (YAML reads any length)
+            raise ValueError("is too large for a duration (use e.g. 30s, 5m, 1h, 1d)") from None
     elif isinstance(value, str):
         m = _DURATION.match(value.strip())
         if not m:
@@ -87,6 +90,19 @@ def parse_duration_ms(value: object) -> int:
     if number < 0:
         raise ValueError("must not be negative")
     return int(number)
+
+
+def text_problem(value: str) -> str | None:
+    """What makes a string unusable anywhere it may go (a file name, a command line, a C
+    library): a NUL character, or a lone surrogate (YAML's ``"\\ud800"``), which no encoder
+    takes. None when it is usable."""
+    if "\x00" in value:
+        return "contains a NUL character"
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return "is not valid Unicode text (a lone surrogate)"
+    return None
 
 
 def _quote(value: object) -> str:
@@ -223,6 +239,10 @@ class Text(Kind):
         if not isinstance(value, str):
             r.problem(path, f"must be a string, got {type_name(value)}")
             return INVALID
+        unusable = text_problem(value)
+        if unusable is not None:
+            r.problem(path, unusable)
+            return INVALID
         if self.empty_is_none and value == "":
             return None
         if self.pattern is not None and not re.fullmatch(self.pattern, value):
@@ -338,6 +358,10 @@ class Patterns(Kind):
             return INVALID
         ok = True
         for i, pattern in enumerate(items):
+            if text_problem(pattern):
+                r.problem(f"{path}[{i}]", f"invalid regular expression: {text_problem(pattern)}")
+                ok = False
+                continue
             try:
                 re.compile(pattern)
             except (re.error, OverflowError, RecursionError, ValueError) as e:
@@ -348,9 +372,13 @@ class Patterns(Kind):
 
 @dataclass(frozen=True)
 class StringMap(Kind):
-    """A mapping of string keys (with a prefix) to scalar values, kept as strings."""
+    """A mapping of string keys (with a prefix) to scalar values, kept as strings.
+
+    ``secret(key)``: the key's value is a secret; written literally in the file (not
+    ``${ENV}``) it is refused unless ``allow_literal_secrets: true``."""
 
     key_prefix: str = ""
+    secret: Callable[[str], bool] | None = None
     json_types: frozenset[str] = frozenset({"object"})
 
     def read(self, r: Reader, raw: object, where: Where, name: str) -> object:
@@ -359,15 +387,30 @@ class StringMap(Kind):
         result: dict[str, str] = {}
         for k, v in d.items():
             key_path = where.child(name).key(k)
-            if not isinstance(k, str) or not k.startswith(self.key_prefix):
-                r.problem(key_path, f"keys start with {self.key_prefix!r}")
+            if not isinstance(k, str) or not k.startswith(self.key_prefix) or text_problem(k):
+                r.problem(key_path, f"keys start with {self.key_prefix!r} (and are usable text)")
                 continue
             if v is None or isinstance(v, list | dict):
                 r.problem(key_path, f"must be a string, number or boolean, got {type_name(v)}")
                 continue
+            secret = self.secret is not None and self.secret(k)
+            literal = not (isinstance(v, str) and ENV_REF.match(v))
+            if secret and literal and not r.allow_literal_secrets:
+                r.problem(
+                    key_path,
+                    'a literal secret in the file is refused: write "${ENV_VAR}" '
+                    "(or set allow_literal_secrets: true)",
+                )
+                continue
             value = r.resolve(v, key_path)
-            if value is not INVALID:
-                result[k] = str(value).lower() if isinstance(value, bool) else str(value)
+            if value is INVALID:
+                continue
+            text = str(value).lower() if isinstance(value, bool) else str(value)
+            unusable = text_problem(text)
+            if unusable is not None:
+                r.problem(key_path, unusable)
+                continue
+            result[k] = text
         return result
 
 

@@ -82,19 +82,26 @@ def read_yaml(text: str, name: str) -> object:
     return raw
 
 
-def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> Config:
-    """Read and validate a YAML config file. Raises :class:`ConfigError`."""
+def read_text(path: str | Path) -> str:
+    """A config file's text (at most 4 MiB of UTF-8); ConfigError naming the file if not."""
     file_path = Path(path)
     try:
         with file_path.open("rb") as f:
             data = f.read(_MAX_BYTES + 1)
     except OSError as e:
-        raise ConfigError([f"{file_path}: cannot read: {e.strerror}"]) from None
+        raise ConfigError([f"{file_path}: cannot read: {e.strerror or type(e).__name__}"]) from None
+    except ValueError:  # a NUL byte or a lone surrogate in the name
+        raise ConfigError([f"{str(file_path)!r}: not a usable file name"]) from None
     if len(data) > _MAX_BYTES:
         raise ConfigError([f"{file_path}: larger than 4 MiB, not a config file"])
     try:
-        text = data.decode()
+        return data.decode()
     except UnicodeDecodeError:
         raise ConfigError([f"{file_path}: not UTF-8 text"]) from None
-    raw = read_yaml(text, str(file_path))
+
+
+def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> Config:
+    """Read and validate a YAML config file. Raises :class:`ConfigError`."""
+    file_path = Path(path)
+    raw = read_yaml(read_text(file_path), str(file_path))
     return parse_config(raw, env=env, base_dir=file_path.resolve().parent)

@@ -33,6 +33,7 @@ from exporter.config.keys import (
     StringMap,
     Text,
     Where,
+    text_problem,
     type_name,
 )
 from exporter.groups_config import (
@@ -43,6 +44,7 @@ from exporter.groups_config import (
     parse_groups,
 )
 from exporter.model import PipelineSettings
+from exporter.remediation.config import RemediationConfig, parse_remediation
 
 if TYPE_CHECKING:
     from exporter.history.config import HistoryConfig
@@ -110,7 +112,11 @@ _MAX_SECRET_FILE_BYTES = 1 << 20
 
 # --- addresses ----------------------------------------------------------------------------------
 
-_HOST_PORT = re.compile(r"^(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^\s:\[\],]*)):(?P<port>\d{1,5})$")
+#: A host is a DNS name or an IPv4 address (ASCII: an internationalised name is written in
+#: its xn-- form), or an IPv6 address in brackets.
+_HOST_PORT = re.compile(
+    r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+(?:%[A-Za-z0-9._-]+)?)\]|(?P<host>[A-Za-z0-9._-]*)):(?P<port>[0-9]{1,5})$"
+)
 
 
 def split_host_port(address: str) -> tuple[str, int] | None:
@@ -126,6 +132,17 @@ def split_host_port(address: str) -> tuple[str, int] | None:
             return None
         return m.group("v6"), int(m.group("port"))
     return m.group("host"), int(m.group("port"))
+
+
+#: Paths the HTTP server answers itself: the telemetry path must be none of them, or one of
+#: the two would be unreachable (the probes are answered first).
+RESERVED_PATHS = ("/", "/healthz", "/readyz")
+
+
+def _telemetry_path_problem(path: str) -> str | None:
+    if path in RESERVED_PATHS:
+        return f"is answered by the exporter itself (reserved: {', '.join(RESERVED_PATHS)})"
+    return None
 
 
 def _listen_address_problem(address: str) -> str | None:
@@ -176,7 +193,7 @@ class LogConfig:
     format: str = "text"
 
 
-_SPARK_MASTER = r"local(\[(\*|\d+)(,\d+)?\])?|spark://.+|yarn|k8s://.+"
+_SPARK_MASTER = r"local(\[(\*|[0-9]+)(,[0-9]+)?\])?|spark://.+|yarn|k8s://.+"
 
 
 @dataclass(frozen=True)
@@ -191,6 +208,11 @@ class SparkConfig:
 
     #: Spark's memory manager refuses a driver heap below 1.5 x its 300 MiB reserve.
     MIN_DRIVER_MEMORY_MB: ClassVar[int] = 512
+    #: A 64-bit JVM on Linux cannot reserve a heap beyond half of its 128 TiB address space
+    #: (``-Xmx128t``: "Could not reserve enough space"; larger: "Invalid maximum heap size").
+    MAX_DRIVER_MEMORY_MB: ClassVar[int] = 64 << 20
+    #: ``local[N]`` and ``local[N,F]``: at most this many threads and task failures.
+    MAX_LOCAL_THREADS: ClassVar[int] = 1024
 
     master: str = "local[2]"
     connect_url: str | None = None
@@ -222,6 +244,35 @@ class SparkConfig:
 
 def redact_connect_url(url: str) -> str:
     return url.split("/;", 1)[0].split(";", 1)[0]
+
+
+#: Spark settings whose name does not say they hold a secret, but which do.
+SPARK_SECRET_SETTINGS = frozenset(
+    {
+        "spark.hadoop.fs.adl.oauth2.credential",
+        "spark.hadoop.dfs.adls.oauth2.credential",
+        "spark.hadoop.fs.s3.awsAccessKeyId",
+        "spark.hadoop.fs.s3n.awsAccessKeyId",
+    }
+)
+#: Spark settings under these prefixes hold secrets (Azure SAS tokens per container).
+SPARK_SECRET_PREFIXES = ("spark.hadoop.fs.azure.sas.",)
+_SECRET_WORDS = ("secret", "password", "passwd", "token")
+
+
+def is_secret_spark_setting(name: str) -> bool:
+    """Whether a Spark setting holds a secret: a part of its name (between dots, dashes or
+    underscores) holds secret, password or token, or is or ends with "key" (``access.key``,
+    ``secretKey``, ``fs.azure.account.key.<account>``, ``apikey``; not ``keytab``,
+    ``keyStore``, ``keyLength``), or it is in :data:`SPARK_SECRET_SETTINGS` or under
+    :data:`SPARK_SECRET_PREFIXES`. Such a setting never goes on a command line
+    (``exporter.pipeline.session``) and is refused as a literal in the file."""
+    if name in SPARK_SECRET_SETTINGS or name.startswith(SPARK_SECRET_PREFIXES):
+        return True
+    parts = re.split(r"[._-]", name.lower())
+    return any(word in part for part in parts for word in _SECRET_WORDS) or any(
+        part.endswith("key") for part in parts
+    )
 
 
 #: Kafka's legal topic name characters: an allow pattern made only of them is a name.
@@ -264,6 +315,8 @@ class ClusterConfig:
     kafka: Mapping[str, str] = field(default_factory=dict)
     #: The consumer-group family (docs/groups.md); off unless configured.
     groups: GroupsConfig = field(default_factory=GroupsConfig)
+    #: Guarded auto-remediation (docs/runbook.md); off unless configured.
+    remediation: RemediationConfig = field(default_factory=RemediationConfig)
 
     def redacted_kafka(self) -> dict[str, str]:
         return {k: ("<redacted>" if k in SECRET_PROPERTIES else v) for k, v in self.kafka.items()}
@@ -340,7 +393,9 @@ class KafkaProperties(Kind):
             if self.from_files:
                 r.from_env.add(where.child("kafka").key(key))  # never quoted, as secrets
                 content = _read_secret_file(r, path, r.base_dir / str(value))
-                if content is not None:
+                if content is not None and text_problem(content):
+                    r.problem(path, f"the file's content {text_problem(content)}")
+                elif content is not None:
                     props[key] = content
                 continue
             literal = not (isinstance(value, str) and ENV_REF.match(value))
@@ -352,8 +407,13 @@ class KafkaProperties(Kind):
                 )
                 continue
             resolved = r.resolve(value, path)
-            if resolved is not INVALID:
-                props[key] = str(resolved)
+            if resolved is INVALID:
+                continue
+            unusable = text_problem(str(resolved))
+            if unusable is not None:
+                r.problem(path, unusable)
+                continue
+            props[key] = str(resolved)
         return props
 
 
@@ -453,17 +513,8 @@ def _check_cluster(r: Reader, values: dict[str, Any], where: Where) -> None:
 
 
 def _check_spark(r: Reader, values: dict[str, Any], where: Where) -> None:
-    memory = values.get("driver_memory")
-    m = re.fullmatch(r"(\d+)([kmgt])", memory) if isinstance(memory, str) else None
-    if m is not None:
-        mb = int(m.group(1)) * {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1 << 20}[m.group(2)]
-        if mb < SparkConfig.MIN_DRIVER_MEMORY_MB:
-            r.problem(
-                where.key("driver_memory"),
-                f"{memory!r} is below the minimum {SparkConfig.MIN_DRIVER_MEMORY_MB}m "
-                "(Spark reserves 300 MiB of the driver heap and refuses to start below "
-                "1.5 times that)",
-            )
+    _check_driver_memory(r, values.get("driver_memory"), where.key("driver_memory"))
+    _check_local_master(r, values.get("master"), where.key("master"))
     port = values.get("connect_server_port")
     if isinstance(port, int) and port and not 1024 <= port <= 65535:
         r.problem(where.key("connect_server_port"), f"{port} is not a port in 1024-65535 (0: off)")
@@ -485,6 +536,57 @@ def _check_spark(r: Reader, values: dict[str, Any], where: Where) -> None:
         )
 
 
+_JVM_SIZE_MB = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1 << 20}
+
+
+def _check_driver_memory(r: Reader, memory: object, path: str) -> None:
+    if not isinstance(memory, str) or (m := re.fullmatch(r"([0-9]+)([kmgt])", memory)) is None:
+        return
+    mb = int(m.group(1)) * _JVM_SIZE_MB[m.group(2)]
+    if mb < SparkConfig.MIN_DRIVER_MEMORY_MB:
+        r.problem(
+            path,
+            f"{memory!r} is below the minimum {SparkConfig.MIN_DRIVER_MEMORY_MB}m "
+            "(Spark reserves 300 MiB of the driver heap and refuses to start below "
+            "1.5 times that)",
+        )
+    elif mb > SparkConfig.MAX_DRIVER_MEMORY_MB:
+        r.problem(
+            path,
+            f"{_short(memory)} is above the maximum {SparkConfig.MAX_DRIVER_MEMORY_MB >> 20}t "
+            "(a 64-bit JVM cannot reserve a larger heap)",
+        )
+
+
+_LOCAL_MASTER = re.compile(r"local\[([0-9]+|\*)(?:,([0-9]+))?\]")
+
+
+def _check_local_master(r: Reader, master: object, path: str) -> None:
+    """``local[N]`` and ``local[N,F]``: Spark refuses 0 threads and numbers beyond an int."""
+    if not isinstance(master, str) or (m := _LOCAL_MASTER.fullmatch(master)) is None:
+        return
+    top = SparkConfig.MAX_LOCAL_THREADS
+    for number, what in ((m.group(1), "threads"), (m.group(2), "task failures")):
+        if number is not None and number != "*" and not 1 <= int(number) <= top:
+            r.problem(path, f"{_short(master)}: {what} must be between 1 and {top}")
+
+
+def _short(value: str) -> str:
+    return repr(value) if len(value) <= 40 else repr(value[:37] + "...")
+
+
+def _app_name_problem(name: str) -> str | None:
+    if not name.strip() or len(name) > 200 or any(not c.isprintable() for c in name):
+        return "must be 1-200 printable characters (Spark refuses an empty name)"
+    return None
+
+
+def _state_dir_problem(path: str) -> str | None:
+    if not path.strip():
+        return "must be a directory (remove the key to keep the memory in the process only)"
+    return None
+
+
 def _label_problem(label: str) -> str | None:
     if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", label) or label.startswith("__"):
         return "is not a Prometheus label name"
@@ -495,7 +597,15 @@ WEB = Section(
     WebConfig,
     (
         Key("listen_address", "listen_address", Text(check=_listen_address_problem)),
-        Key("telemetry_path", "telemetry_path", Text(pattern=r"/\S*", shape="a path starting with /")),
+        Key(
+            "telemetry_path",
+            "telemetry_path",
+            Text(
+                pattern=r"/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*",
+                shape="a URL path starting with / (ASCII, as clients send it)",
+                check=_telemetry_path_problem,
+            ),
+        ),
         Key("config_file", "config_file", Text(empty_is_none=True)),
         Key("read_timeout", "read_timeout_ms", Duration(minimum_ms=100, maximum_ms=600_000)),
         Key("workers", "workers", Integer(1, 64)),
@@ -521,14 +631,14 @@ SPARK = Section(
             ),
         ),
         Key("connect_url", "connect_url", Text(empty_is_none=True)),
-        Key("app_name", "app_name", Text()),
+        Key("app_name", "app_name", Text(check=_app_name_problem)),
         Key("local_dir", "local_dir", Text(empty_is_none=True)),
         Key(
             "driver_memory",
             "driver_memory",
-            Text(pattern=r"\d+[kmgt]", shape="a JVM size such as 512m or 1g"),
+            Text(pattern=r"[0-9]+[kmgt]", shape="a JVM size such as 512m or 1g"),
         ),
-        Key("conf", "conf", StringMap(key_prefix="spark.")),
+        Key("conf", "conf", StringMap(key_prefix="spark.", secret=is_secret_spark_setting)),
         Key("connect_server_port", "connect_server_port", Integer(0, 65535)),
         Key("class_archive", "class_archive", Text(empty_is_none=True)),
         Key("pipeline_timeout", "pipeline_timeout_ms", Duration(minimum_ms=1000)),
@@ -585,6 +695,7 @@ CLUSTER = Section(
         Key("kafka", "kafka", KafkaProperties()),
         Key("kafka_files", "kafka_files", KafkaProperties(from_files=True)),
         Key("groups", "groups", Parsed(parse_groups, frozenset({"object", "boolean"}))),
+        Key("remediation", "remediation", Parsed(parse_remediation, frozenset({"object"}))),
     ),
     check=_check_cluster,
 )
@@ -699,7 +810,7 @@ CONFIG = Section(
         Key("cluster_label", "cluster_label", Text(check=_label_problem)),
         Key("allow_literal_secrets", "allow_literal_secrets", Flag()),
         Key("history", "history", Parsed(_parse_history, frozenset({"object"}))),
-        Key("state_dir", "state_dir", Text()),
+        Key("state_dir", "state_dir", Text(check=_state_dir_problem)),
         Key("attribution", "attribution", Parsed(parse_attribution, frozenset({"array"}))),
     ),
     check=_check_config,

@@ -15,7 +15,7 @@ clusters fit), ``http`` (the endpoints); this module wires them into one process
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from prometheus_client import (
@@ -77,11 +77,25 @@ class Daemon:
         self.history: Any = None
         if config.history is not None:  # the history store is one more cycle listener
             from exporter.history.metrics import HistoryMetrics
-            from exporter.history.writer import HistoryWriter
+            from exporter.history.writer import HistoryWriter, check_history_path
+
+            check_history_path(config.history)  # ConfigError, as state_dir below
 
             self.history = HistoryWriter(config.history, self.pipeline.current_session)
             listeners = (*listeners, self.history)
             self.registry.register(HistoryMetrics(self.history))
+        #: Guarded auto-remediation (clusters' remediation:), one more cycle listener.
+        self.remediation: Any = None
+        if any(c.remediation.enabled for c in config.clusters):
+            from exporter.remediation.engine import Remediation
+
+            self.remediation = Remediation(
+                config.clusters,
+                counter=self.metrics.remediations,
+                state_dir=config.state_dir,
+                history=self.history,
+            )
+            listeners = (*listeners, self.remediation)
         self._listeners = tuple(listeners)
         self.rounds = RoundScheduler(
             self.pipeline,
@@ -99,9 +113,7 @@ class Daemon:
         self._started = False
         self._server: MetricsServer | None = None
         #: TLS and basic auth of the endpoints (web.config_file, checked at start-up).
-        self.web_settings = (
-            load_web_config(config.web.config_file) if config.web.config_file else WebSettings()
-        )
+        self.web_settings = _web_settings(config)
 
     def _build_jobs(self, config: Config, store: StateStore) -> list[ClusterJob]:
         return [
@@ -150,8 +162,9 @@ class Daemon:
         self._server = self._bind(self.config.web)
         self._server.start()
 
-    def _bind(self, web: WebConfig) -> MetricsServer:
-        """A server bound to ``web.listen_address`` (not yet serving); ListenError if not."""
+    def _bind(self, web: WebConfig, settings: WebSettings | None = None) -> MetricsServer:
+        """A server bound to ``web.listen_address`` (not yet serving) with ``settings`` (by
+        default the running ones); ListenError if it cannot be bound."""
         host, port = web.host_port
         try:
             return MetricsServer(
@@ -161,7 +174,7 @@ class Daemon:
                 telemetry_path=web.telemetry_path,
                 health=self.health,
                 ready=self.readiness,
-                settings=self.web_settings,
+                settings=self.web_settings if settings is None else settings,
                 read_timeout_s=web.read_timeout_ms / 1000,
                 workers=web.workers,
             )
@@ -177,6 +190,8 @@ class Daemon:
             self._server = None
         for job in self.jobs:
             job.close()
+        if self.remediation is not None:
+            self.remediation.close()
         if self.history is not None:
             self.history.close()  # flushes what the last cycles left, while Spark still runs
         self.pipeline.stop()  # waits for a pipeline run in flight, then stops Spark
@@ -190,23 +205,47 @@ class Daemon:
         """After :meth:`stop`: True when no cycle is in flight within ``wait_s`` (tests)."""
         return _wait_idle(self.jobs, wait_s)
 
-    def reload(self, config: Config) -> None:
-        """Run on ``config`` from now on (SIGHUP). ``config`` is already validated.
+    def reload(self, config: Config, web_settings: WebSettings | None = None) -> None:
+        """Run on ``config`` from now on (SIGHUP). ``config`` is already validated;
+        ``web_settings`` are the web config file's (read again from ``web.config_file`` when
+        None: a new password or certificate under the same file name is applied too).
 
-        Every cluster gets a new job (new Kafka clients) and a fresh registry and store of
-        exporter counters; a cluster kept by name keeps its last published state (its
-        findings and their confirmation counts) and is collected again at once. The HTTP
-        server is replaced only when the listen address changed, and the new address is
-        bound first: when it cannot be bound, :class:`~exporter.daemon.listen.ListenError`
-        is raised and nothing changed. A change of the ``spark`` section needs a restart (it
-        is logged and ignored); ``pipeline`` settings apply from the next cycle.
+        Everything that can fail comes first and changes nothing when it fails: the web
+        config file is read (:class:`~exporter.daemon.web.WebConfigError`), its TLS material
+        loaded, and a new listen address bound
+        (:class:`~exporter.daemon.listen.ListenError`). Then every cluster gets a new job
+        (new Kafka clients) and a fresh store; a cluster kept by name keeps its last
+        published state (its findings and their confirmation counts) and is collected again
+        at once. The HTTP server is replaced only when the listen address changed; otherwise
+        it serves with the new users and TLS material from the next connection on. A change
+        of the ``spark`` section or of ``state_dir`` needs a restart (logged and ignored);
+        ``pipeline`` settings apply from the next cycle.
         """
+        config = self._restart_only(config)
+        web = web_settings if web_settings is not None else _web_settings(config)
+        if self._server is not None and config.web.listen_address != self.config.web.listen_address:
+            server = self._bind(config.web, web)  # raises before anything changed
+            switch_server = self._move_server(server)
+        elif self._server is not None:
+            switch_server = self._server.prepare(web)  # loads the TLS files, or raises
+        else:
+            switch_server = _nothing
+        self._replace_jobs(config)
+        self.web_settings = web
+        switch_server()
+        log.info(
+            "configuration reloaded: %d cluster(s) (%s), listening on %s%s",
+            len(self.jobs),
+            ", ".join(job.cluster.name for job in self.jobs),
+            config.web.listen_address,
+            f", web config {web.source}" if web.source else "",
+        )
+
+    def _restart_only(self, config: Config) -> Config:
+        """``config`` with the running ``spark`` and ``state_dir``: they apply at start only."""
         from dataclasses import replace
 
         old = self.config
-        server = None
-        if config.web.listen_address != old.web.listen_address and self._server is not None:
-            server = self._bind(config.web)  # raises before anything changed
         if config.spark != old.spark:
             log.warning(
                 "reload: the spark section changed; restart the exporter to apply it (keeping %s)",
@@ -216,6 +255,19 @@ class Daemon:
         if config.state_dir != old.state_dir:
             log.warning("reload: state_dir changed; restart the exporter to apply it")
             config = replace(config, state_dir=old.state_dir)
+        return config
+
+    def _move_server(self, server: MetricsServer) -> Callable[[], None]:
+        def move() -> None:
+            old, self._server = self._server, server
+            server.start()
+            if old is not None:
+                old.stop()
+
+        return move
+
+    def _replace_jobs(self, config: Config) -> None:
+        """New jobs and a new store for ``config``'s clusters, scheduled at once."""
         for job in self.jobs:
             job.close()
         if self._started:
@@ -238,6 +290,10 @@ class Daemon:
         self.registry.register(self._collector)
         self.pipeline.settings = config.pipeline
         self.store, self.config = store, config
+        if self.remediation is not None:
+            self.remediation.configure(config.clusters)
+        elif any(c.remediation.enabled for c in config.clusters):
+            log.warning("reload: remediation was off at start; restart the exporter to turn it on")
         self.jobs = self._build_jobs(config, store)
         for job in self.jobs:  # a kept cluster keeps its confirmations and watched transactions
             job.attribution = config.attribution
@@ -248,16 +304,15 @@ class Daemon:
         if self._started:
             self.rounds.replace(self.jobs)
             self.rounds.estimate()
-        if server is not None and self._server is not None:
-            old_server, self._server = self._server, server
-            server.start()
-            old_server.stop()
-        log.info(
-            "configuration reloaded: %d cluster(s) (%s), listening on %s",
-            len(self.jobs),
-            ", ".join(names),
-            config.web.listen_address,
-        )
+
+
+def _web_settings(config: Config) -> WebSettings:
+    """TLS and basic auth from ``web.config_file`` (read now); none without the key."""
+    return load_web_config(config.web.config_file) if config.web.config_file else WebSettings()
+
+
+def _nothing() -> None:
+    pass
 
 
 def _wait_idle(jobs: Sequence[ClusterJob], wait_s: float) -> bool:

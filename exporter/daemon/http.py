@@ -114,6 +114,18 @@ class MetricsServer:
     def port(self) -> int:
         return int(self._listener.getsockname()[1])
 
+    def prepare(self, settings: WebSettings) -> Callable[[], None]:
+        """What makes the server serve with ``settings`` (a reload): the users and the TLS
+        material are loaded now (ssl.SSLError, OSError when they cannot be) and put in place,
+        whole, by the function returned, for the requests and connections from then on."""
+        auth = BasicAuth(settings.users)
+        context = settings.tls.context() if settings.tls else None
+
+        def install() -> None:
+            self._auth, self._ssl, self.settings = auth, context, settings
+
+        return install
+
     @property
     def scheme(self) -> str:
         return "https" if self._ssl else "http"
@@ -331,6 +343,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     server_version = "kafka-txn-exporter"
     protocol_version = "HTTP/1.1"
+
+    def version_string(self) -> str:
+        """The ``Server`` header: the product alone, not the Python version under it."""
+        return self.server_version
 
     def __init__(self, sock: socket.socket, address: Any, owner: MetricsServer,
                  head: bytes) -> None:  # fmt: skip

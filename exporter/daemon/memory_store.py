@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 #: A restart takes longer than a few cycles when the pod is rescheduled: at least this.
 MIN_MAX_AGE_MS = 5 * 60_000
+#: A file dated up to this far ahead is taken as just saved (another node's clock); further
+#: ahead it is ignored: its clocks (blocked since, markers pending since) would be too.
+CLOCK_SKEW_MS = 60_000
 
 
 def max_age_ms(interval_ms: int) -> int:
@@ -86,8 +89,16 @@ class MemoryStore:
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
+            self._sync_directory()  # the rename itself survives a power loss
         except OSError as e:
             log.warning("cluster %s: pipeline memory not saved to %s: %s", cluster, target, e.strerror or e)
+
+    def _sync_directory(self) -> None:
+        fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def load(self, cluster: str, now_ms: int, max_age: int) -> PipelineMemory | None:
         """The memory a previous process saved for ``cluster``, or None when there is none,
@@ -110,7 +121,16 @@ class MemoryStore:
             log.warning("cluster %s: pipeline memory in %s ignored: unreadable (%s)", cluster, target, e)
             return None
         age = now_ms - saved_at
-        if age > max_age or age < -max_age:
+        if age < -CLOCK_SKEW_MS:
+            log.warning(
+                "cluster %s: pipeline memory in %s ignored: dated %d s in the future of this "
+                "clock (was the clock set back, or the file written on another host?)",
+                cluster,
+                target,
+                -age // 1000,
+            )
+            return None
+        if age > max_age:
             log.info(
                 "cluster %s: pipeline memory in %s ignored: saved %d s ago (older than %d s)",
                 cluster,

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import ssl
 import threading
 from collections.abc import Mapping
@@ -34,9 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from exporter.config import ConfigError
+from exporter.config import ConfigError, read_text, read_yaml
+from exporter.config.keys import text_problem
 
 CLIENT_AUTH_TYPES = {
     "NoClientCert": ssl.CERT_NONE,
@@ -60,7 +60,6 @@ _TLS_UNSUPPORTED = {
     "prefer_server_cipher_suites",
     "client_allowed_sans",
 }
-_BCRYPT_PREFIXES = ("$2a$", "$2b$", "$2y$")
 
 
 class WebConfigError(ConfigError):
@@ -101,14 +100,15 @@ class WebSettings:
 
 
 def load_web_config(path: str | Path) -> WebSettings:
-    """Parse and check the file (TLS material loaded once); raises :class:`WebConfigError`."""
+    """Parse and check the file (TLS material loaded once); raises :class:`WebConfigError`.
+
+    The file may hold password hashes (or a password pasted by mistake): no message quotes
+    it, a YAML syntax error is named by line and column only."""
     where = str(path)
     try:
-        raw: Any = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise WebConfigError([f"web.config_file: cannot read {where}: {e.strerror or e}"]) from None
-    except yaml.YAMLError as e:
-        raise WebConfigError([f"{where}: not valid YAML: {e}"]) from None
+        raw: Any = read_yaml(read_text(path), where)
+    except ConfigError as e:
+        raise WebConfigError([f"web.config_file: {p}" for p in e.problems]) from None
     problems: list[str] = []
     settings = parse_web_config(raw, where, problems)
     if problems:
@@ -125,12 +125,18 @@ def parse_web_config(raw: Any, where: str, problems: list[str]) -> WebSettings:
         )
         return WebSettings(source=where)
     known = {"tls_server_config", "http_server_config", "basic_auth_users"}
-    for key in sorted(set(raw) - known):
+    for key in _unknown(raw, known):
         problems.append(f"{where}: {key}: unknown key; valid: {', '.join(sorted(known))}")
     tls = _tls(raw.get("tls_server_config"), where, problems)
     users = _users(raw.get("basic_auth_users"), where, problems)
     headers = _headers(raw.get("http_server_config"), where, problems)
     return WebSettings(tls=tls, users=users, headers=headers, source=where)
+
+
+def _unknown(raw: Mapping[Any, Any], known: set[str]) -> list[str]:
+    """The keys of ``raw`` not in ``known``, as text, sorted. YAML 1.1 reads ``on:`` or
+    ``yes:`` as a boolean key: keys of mixed types are named, never compared."""
+    return sorted(str(k) for k in raw if k not in known)
 
 
 def _tls(raw: Any, where: str, problems: list[str]) -> TLSSettings | None:
@@ -141,36 +147,14 @@ def _tls(raw: Any, where: str, problems: list[str]) -> TLSSettings | None:
         problems.append(f"{key}: expected a mapping")
         return None
     before = len(problems)
-    for name in sorted(set(raw) - _TLS_KEYS):
-        if name in _TLS_UNSUPPORTED:
-            problems.append(
-                f"{key}.{name}: not supported by kafka-txn-exporter (use cert_file, "
-                "key_file, client_ca_file; ciphers follow Python's TLS defaults)"
-            )
-        else:
-            problems.append(f"{key}.{name}: unknown key; valid: {', '.join(sorted(_TLS_KEYS))}")
-    values: dict[str, str] = {}
-    for name in sorted(_TLS_KEYS & set(raw)):
-        value = raw[name]
-        if not isinstance(value, str) or not value:
-            problems.append(f"{key}.{name}: expected a non-empty string")
-        else:
-            values[name] = value
+    values = _tls_values(raw, key, problems)
     cert, private = values.get("cert_file"), values.get("key_file")
     if not cert or not private:
         problems.append(f"{key}: cert_file and key_file are both required")
     auth = values.get("client_auth_type", "NoClientCert")
-    if auth in UNSUPPORTED_CLIENT_AUTH:
-        problems.append(
-            f"{key}.client_auth_type: {auth} is not supported (Python's TLS cannot "
-            "request a client certificate without verifying it); use "
-            "VerifyClientCertIfGiven or RequireAndVerifyClientCert"
-        )
-    elif auth not in CLIENT_AUTH_TYPES:
-        problems.append(
-            f"{key}.client_auth_type: {auth!r} is not one of "
-            f"{', '.join([*CLIENT_AUTH_TYPES, *UNSUPPORTED_CLIENT_AUTH])}"
-        )
+    problem = _client_auth_problem(auth)
+    if problem:
+        problems.append(f"{key}.client_auth_type: {problem}")
     elif auth != "NoClientCert" and not values.get("client_ca_file"):
         problems.append(f"{key}.client_ca_file: required with client_auth_type {auth}")
     for name in ("min_version", "max_version"):
@@ -197,6 +181,45 @@ def _tls(raw: Any, where: str, problems: list[str]) -> TLSSettings | None:
     return settings
 
 
+def _tls_values(raw: Mapping[Any, Any], key: str, problems: list[str]) -> dict[str, str]:
+    """The known keys' string values; every other key is a problem."""
+    for name in _unknown(raw, _TLS_KEYS):
+        if name in _TLS_UNSUPPORTED:
+            problems.append(
+                f"{key}.{name}: not supported by kafka-txn-exporter (use cert_file, "
+                "key_file, client_ca_file; ciphers follow Python's TLS defaults)"
+            )
+        else:
+            problems.append(f"{key}.{name}: unknown key; valid: {', '.join(sorted(_TLS_KEYS))}")
+    values: dict[str, str] = {}
+    for name in sorted(_TLS_KEYS & set(raw)):
+        value = raw[name]
+        if not isinstance(value, str) or not value or text_problem(value):
+            problems.append(f"{key}.{name}: expected a non-empty string")
+        else:
+            values[name] = value
+    return values
+
+
+def _client_auth_problem(auth: str) -> str | None:
+    if auth in UNSUPPORTED_CLIENT_AUTH:
+        return (
+            f"{auth} is not supported (Python's TLS cannot request a client certificate "
+            "without verifying it); use VerifyClientCertIfGiven or RequireAndVerifyClientCert"
+        )
+    if auth not in CLIENT_AUTH_TYPES:
+        return f"{auth!r} is not one of {', '.join([*CLIENT_AUTH_TYPES, *UNSUPPORTED_CLIENT_AUTH])}"
+    return None
+
+
+#: A bcrypt hash as htpasswd and the bcrypt library write it: variant, two-digit cost, 53
+#: characters of salt and digest in bcrypt's base64 alphabet.
+_BCRYPT_HASH = re.compile(r"\$2[aby]\$(?P<cost>[0-9]{2})\$[./A-Za-z0-9]{53}")
+#: htpasswd's range of bcrypt costs (-C 4..17); each step doubles the time of a check, and
+#: 2^17 rounds already take about 8 s a request.
+BCRYPT_COSTS = (4, 17)
+
+
 def _users(raw: Any, where: str, problems: list[str]) -> dict[str, bytes]:
     if raw is None:
         return {}
@@ -206,17 +229,31 @@ def _users(raw: Any, where: str, problems: list[str]) -> dict[str, bytes]:
         return {}
     users: dict[str, bytes] = {}
     for user, hashed in raw.items():
-        if not isinstance(user, str) or not user or ":" in user:
-            problems.append(f"{key}: {user!r} is not a valid user name")
-        elif not isinstance(hashed, str) or not hashed.startswith(_BCRYPT_PREFIXES):
-            # Never echo the value: it may be a password pasted by mistake.
-            problems.append(
-                f"{key}.{user}: not a bcrypt hash (expected $2a$, $2b$ or $2y$...; "
-                "make one with htpasswd -nBC 12 USER)"
-            )
+        if not isinstance(user, str) or not user or ":" in user or text_problem(user):
+            problems.append(f"{key}: {str(user)[:40]!r} is not a valid user name")
+            continue
+        # Never echo the value: it may be a password pasted by mistake.
+        problem = _hash_problem(hashed)
+        if problem:
+            problems.append(f"{key}.{user}: {problem}")
         else:
-            users[user] = hashed.encode()
+            users[user] = str(hashed).encode()
     return users
+
+
+def _hash_problem(hashed: object) -> str | None:
+    """Why ``hashed`` can never match a password, or None: a bcrypt check of a malformed
+    hash fails for every password (the user could never log in)."""
+    m = _BCRYPT_HASH.fullmatch(hashed) if isinstance(hashed, str) else None
+    if m is None:
+        return (
+            "not a bcrypt hash (expected $2a$, $2b$ or $2y$, a cost and 53 characters; "
+            "make one with htpasswd -nBC 12 USER)"
+        )
+    low, high = BCRYPT_COSTS
+    if not low <= int(m.group("cost")) <= high:
+        return f"bcrypt cost {int(m.group('cost'))} is outside {low}-{high} (htpasswd -B -C {low}..{high})"
+    return None
 
 
 def _headers(raw: Any, where: str, problems: list[str]) -> dict[str, str]:
@@ -226,17 +263,34 @@ def _headers(raw: Any, where: str, problems: list[str]) -> dict[str, str]:
     if not isinstance(raw, Mapping):
         problems.append(f"{key}: expected a mapping")
         return {}
-    for name in sorted(set(raw) - {"headers", "http2"}):
+    for name in _unknown(raw, {"headers", "http2"}):
         problems.append(f"{key}.{name}: unknown key; valid: headers, http2")
     if raw.get("http2") is True:
         problems.append(f"{key}.http2: HTTP/2 is not supported (the server speaks HTTP/1.x)")
     headers = raw.get("headers") or {}
     if not isinstance(headers, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) and "\n" not in k + v for k, v in headers.items()
+        isinstance(k, str) and isinstance(v, str) and _header_ok(k, v) for k, v in headers.items()
     ):
         problems.append(f"{key}.headers: expected a mapping of header names to strings")
         return {}
     return dict(headers)
+
+
+def _header_ok(name: str, value: str) -> bool:
+    """A header http.server can send: a token name, a latin-1 value on one line."""
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    token = re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name)
+    return token is not None and not any(c in value for c in "\r\n\x00")
+
+
+def dummy_cost(users: Mapping[str, bytes]) -> int:
+    """The bcrypt cost an unknown user's check pays: the highest of the real entries (the
+    lowest cost bcrypt takes when there are none: no check is made then)."""
+    costs = [int(h[4:6]) for h in users.values() if h[4:6].isdigit()]
+    return min(max(costs, default=BCRYPT_COSTS[0]), 31)
 
 
 class BasicAuth:
@@ -244,8 +298,8 @@ class BasicAuth:
 
     bcrypt is slow by design (~0.25 s at cost 12); a successful check is remembered by a
     keyed digest of the credentials so that every scrape does not pay it again. Unknown
-    users are checked against a dummy hash, so the answer time does not tell which users
-    exist.
+    users are checked against a dummy hash of the highest cost among the real ones, so the
+    answer time does not tell which users exist.
     """
 
     def __init__(self, users: Mapping[str, bytes]) -> None:
@@ -253,7 +307,7 @@ class BasicAuth:
 
         self._bcrypt = bcrypt
         self._users = dict(users)
-        self._dummy = bcrypt.hashpw(b"not a password", bcrypt.gensalt(rounds=4))
+        self._dummy = bcrypt.hashpw(b"not a password", bcrypt.gensalt(rounds=dummy_cost(self._users)))
         self._key = bcrypt.gensalt()
         self._verified: set[bytes] = set()
         self._lock = threading.Lock()

@@ -1,4 +1,6 @@
-"""The audit log of the commands that change a cluster: ``abort`` and ``force-terminate``.
+"""The audit log of what changes a cluster: ``abort``, ``force-terminate`` (also as steps of
+``recover``, with its selection) and the daemon's auto-remediation (``initiator``
+``remediation``, written through :meth:`exporter.history.writer.HistoryWriter.record_action`).
 
 Every run that got as far as a plan (dry runs too) is recorded: who (OS user, Kafka
 principal from ``sasl.username``, host), when, the target, the evidence the command saw,
@@ -47,6 +49,9 @@ _EVIDENCE_KEYS = (
     "before",
     "after",
     "high_watermark_after",
+    "initiator",
+    "selection",
+    "blocked_groups",
 )
 
 

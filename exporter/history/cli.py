@@ -1,7 +1,9 @@
 """``kafka-txn-exporter report``: the postmortem report over a window of the history.
 
-Exit codes: 0 ok (also when the window holds no history: a clear message says so), 2 a bad
-flag (named) or configuration, 4 an unexpected error (e.g. the history cannot be read).
+Exit codes: 0 ok (also when the window holds no history: a clear message says so; files that
+cannot be read are skipped and listed in the report), 2 a bad flag (named), a configuration
+error, a history path that does not exist or is not a history, an output file that cannot be
+written (all checked before the run); 4 an unexpected error.
 """
 
 from __future__ import annotations
@@ -15,9 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from exporter.config import ConfigError, SparkConfig, parse_config, parse_duration_ms
+from exporter.config import ConfigError, SparkConfig, parse_config, parse_duration_ms, read_text, read_yaml
 from exporter.history.config import HistoryConfig, parse_history_section
 
 EXIT_OK = 0
@@ -27,6 +27,10 @@ FORMATS = ("text", "json", "html")
 
 class _UsageError(ValueError):
     pass
+
+
+class NotAHistoryError(ValueError):
+    """The history path does not exist or holds no history."""
 
 
 def add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -112,12 +116,10 @@ def resolve(args: argparse.Namespace) -> tuple[HistoryConfig, SparkConfig]:
         return history, SparkConfig(master="local[2]", app_name="kafka-txn-exporter-report")
     if args.config_file is None:
         raise _UsageError("one of --config.file or --history is required")
-    try:
-        raw = yaml.safe_load(Path(args.config_file).read_text())
-    except OSError as e:
-        raise _UsageError(f"--config.file {args.config_file}: cannot read: {e.strerror}") from e
-    except yaml.YAMLError as e:
-        raise _UsageError(f"--config.file {args.config_file}: not valid YAML ({e})") from e
+    try:  # the file may hold secrets: a YAML error is named by line and column only
+        raw = read_yaml(read_text(args.config_file), args.config_file)
+    except ConfigError as e:
+        raise _UsageError(f"--config.file: {'; '.join(e.problems)}") from None
     if not isinstance(raw, dict):
         raise _UsageError(f"--config.file {args.config_file}: not a mapping")
     history, problems = parse_history_section(raw.get("history"))
@@ -141,6 +143,35 @@ def resolve(args: argparse.Namespace) -> tuple[HistoryConfig, SparkConfig]:
     )
 
 
+def output_problem(path: str) -> str | None:
+    """Why the report cannot be written to ``path`` (checked before the run, with a probe
+    file in its directory), or None."""
+    target = Path(path)
+    parent = target.parent
+    if not parent.is_dir():
+        return (
+            f"directory {str(parent)!r} does not exist"
+            if not parent.exists()
+            else f"{parent} is not a directory"
+        )
+    if target.is_dir():
+        return f"{target} is a directory"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return f"cannot write to {parent}: {e.strerror or e}"
+    return None
+
+
+def history_flag(args: argparse.Namespace, history: HistoryConfig) -> str:
+    """How the operator named the history, for a message."""
+    if args.history is not None:
+        return f"--history {history.redacted_path}"
+    return f"history.path {history.redacted_path} (--config.file {args.config_file})"
+
+
 def write_atomically(path: str, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same directory."""
     target = Path(path)
@@ -160,15 +191,29 @@ def _cmd_report(args: argparse.Namespace) -> int:
     try:
         from_ms, to_ms = window_ms(args, now_ms)
         history, spark_config = resolve(args)
-        if args.output is not None:
-            parent = Path(args.output).parent
-            if not parent.is_dir():
-                raise _UsageError(f"--output: directory {str(parent)!r} does not exist")
+        problem = output_problem(args.output) if args.output is not None else None
+        if problem:
+            raise _UsageError(f"--output: {problem}")
+        from exporter.history.store import local_history_problem
+
+        problem = local_history_problem(history.local_path) if history.is_local else None
+        if problem:
+            raise _UsageError(f"{history_flag(args, history)}: {problem}")
     except _UsageError as e:
         parser.error(str(e))  # exit 2, flag named
-    report = run_report(
-        history, spark_config, from_ms=from_ms, to_ms=to_ms, cluster=args.cluster, now_ms=now_ms
-    )
+    try:
+        report = run_report(
+            history, spark_config, from_ms=from_ms, to_ms=to_ms, cluster=args.cluster, now_ms=now_ms
+        )
+    except NotAHistoryError as e:  # a remote path, checked once Spark runs
+        parser.error(f"{history_flag(args, history)}: {e}")
+    unreadable = report.get("unreadable_files") or []
+    if unreadable:
+        print(
+            f"{len(unreadable)} unreadable file(s) skipped, listed in the report: {', '.join(unreadable[:3])}"
+            + (" ..." if len(unreadable) > 3 else ""),
+            file=sys.stderr,
+        )
     if report["empty"]:
         where = f" for cluster {args.cluster}" if args.cluster else ""
         print(
@@ -208,9 +253,11 @@ def run_report(
     existed = SparkContext._active_spark_context is not None
     spark = spark_session(spark_config)
     try:
-        return build_report(
-            HistoryStore(spark, history), from_ms=from_ms, to_ms=to_ms, cluster=cluster, now_ms=now_ms
-        )
+        store = HistoryStore(spark, history, skip_corrupt=True)
+        problem = store.is_history()
+        if problem:
+            raise NotAHistoryError(problem)
+        return build_report(store, from_ms=from_ms, to_ms=to_ms, cluster=cluster, now_ms=now_ms)
     finally:
         if not existed and not spark_config.connect_url:
             stop(spark)

@@ -13,9 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.config import parse_duration_ms
+from exporter.config.keys import text_problem
 
 DAY_MS = 86_400_000
 DEFAULT_RETENTION_MS = 30 * DAY_MS
+#: A century: the retention cut-off is a date (year 1 at the earliest).
+MAX_RETENTION_MS = 36_500 * DAY_MS
 DEFAULT_COMPACT_EVERY_MS = 3_600_000
 DEFAULT_BUFFER_CYCLES = 120
 #: Cycles the writer gathers before one write (1: every cycle is written as it comes).
@@ -76,8 +79,14 @@ def parse_history_section(raw: object) -> tuple[HistoryConfig | None, list[str]]
         )
     elif not isinstance(path, str) or not path.strip():
         problems.append("history.path: must be a non-empty string")
-    retention = _duration(raw, "retention", DEFAULT_RETENTION_MS, problems, minimum=DAY_MS)
-    compact = _duration(raw, "compact_every", DEFAULT_COMPACT_EVERY_MS, problems, minimum=60_000)
+    elif text_problem(path):
+        problems.append(f"history.path: {text_problem(path)}")
+    retention = _duration(
+        raw, "retention", DEFAULT_RETENTION_MS, problems, minimum=DAY_MS, maximum=MAX_RETENTION_MS
+    )
+    compact = _duration(
+        raw, "compact_every", DEFAULT_COMPACT_EVERY_MS, problems, minimum=60_000, maximum=30 * DAY_MS
+    )
     buffer_cycles = _int(raw, "buffer_cycles", DEFAULT_BUFFER_CYCLES, 1, 100_000, problems)
     batch_cycles = _int(raw, "batch_cycles", DEFAULT_BATCH_CYCLES, 1, 1_000, problems)
     if not problems and batch_cycles > buffer_cycles:
@@ -94,7 +103,9 @@ def parse_history_section(raw: object) -> tuple[HistoryConfig | None, list[str]]
     ), []
 
 
-def _duration(raw: dict[Any, Any], key: str, default: int, problems: list[str], *, minimum: int) -> int:
+def _duration(
+    raw: dict[Any, Any], key: str, default: int, problems: list[str], *, minimum: int, maximum: int
+) -> int:
     if key not in raw:
         return default
     try:
@@ -104,6 +115,8 @@ def _duration(raw: dict[Any, Any], key: str, default: int, problems: list[str], 
         return default
     if value < minimum:
         problems.append(f"history.{key}: must be at least {minimum // 1000} s")
+    elif value > maximum:
+        problems.append(f"history.{key}: must be at most {maximum // DAY_MS} days")
     return value
 
 

@@ -135,6 +135,10 @@ def to_text(report: Mapping[str, Any]) -> str:
         if report["topics"]
         else ["  none"]
     )
+    unreadable = report.get("unreadable_files") or []
+    if unreadable:
+        out += ["", f"Unreadable files ({len(unreadable)}, skipped: the figures above leave them out)"]
+        out += [f"  {f}" for f in unreadable]
     out += ["", "Exporter health"]
     for h in report["health"]["clusters"]:
         out.append(
@@ -365,6 +369,10 @@ def to_html(report: Mapping[str, Any]) -> str:
             ],
         )
     )
+    unreadable = report.get("unreadable_files") or []
+    if unreadable:
+        parts.append(f"<h2>Unreadable files ({len(unreadable)}, skipped)</h2>")
+        parts.append(_html_table(["file"], [(f,) for f in unreadable]))
     parts.append("<h2>Exporter health</h2>")
     parts.append(
         _html_table(

@@ -67,6 +67,10 @@ def build_report(
         "to": iso(to_ms),
         "generated_at": iso(now_ms),
         "history": store.config.redacted_path,
+        # Files Spark could not read are skipped (the store reads with skip_corrupt) and named.
+        "unreadable_files": store.unreadable_files((_date(from_ms), _date(to_ms)), cluster)
+        if store.skip_corrupt
+        else [],
     }
     cycles = window("cycles").cache()
     try:

@@ -190,7 +190,7 @@ CLOSED = Dataset(
 
 ACTIONS = Dataset(
     "actions",
-    "one row per abort or force-terminate run, dry runs too (audit)",
+    "one row per abort or force-terminate (by the CLI, recover or auto-remediation), dry runs too (audit)",
     (
         *_key("at_ms", "when the command acted (or would have, for a dry run)"),
         _c("action", "string", "-", "abort or force-terminate"),

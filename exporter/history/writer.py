@@ -17,16 +17,20 @@ returns; a thread of its own turns them into rows and appends them with Spark.
 from __future__ import annotations
 
 import collections
+import errno
 import logging
+import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from exporter.history.config import HistoryConfig
 from exporter.history.rows import CycleRows, Row, Rows, utc_date
-from exporter.history.schema import CLUSTER_COLUMN, DATASETS, DATE_COLUMN
+from exporter.history.schema import ACTIONS, CLUSTER_COLUMN, DATASETS, DATE_COLUMN
 from exporter.history.store import COMPACTED, HistoryStore
 from exporter.model import ClusterSnapshot, CycleResult
 
@@ -66,8 +70,13 @@ class HistoryWriter:
         self._stopping = False
         self._store: HistoryStore | None = None
         self._touched: set[tuple[str, str]] = set()
+        #: Audit rows of the daemon's own actions (auto-remediation), written with the next
+        #: batch; kept while writes fail, bounded like the cycles.
+        self._actions: list[Row] = []
         self._last_maintenance = clock()
         self._failing = False
+        #: The cause last logged and when (rate limit of the failure line).
+        self._failure_logged: tuple[str, float] | None = None
         # Counters the daemon can render (monotonic, read without the lock).
         self.cycles_received = 0
         self.cycles_written = 0
@@ -92,6 +101,18 @@ class HistoryWriter:
             self.cycles_received += 1
             self._queue.append((snapshot, result))
             self._enforce_bound()
+            self._cond.notify()
+
+    def record_action(self, entry: dict[str, Any]) -> None:
+        """One audit entry (:func:`exporter.history.audit.audit_entry`) for the ``actions``
+        dataset, written by the writer's thread (returns at once)."""
+        from exporter.history.audit import action_row
+
+        with self._cond:
+            if self._stopping:
+                return
+            self._actions.append(action_row(entry))
+            del self._actions[: -self.config.buffer_cycles * 10]
             self._cond.notify()
 
     @property
@@ -132,6 +153,8 @@ class HistoryWriter:
 
     def _ready(self) -> bool:
         """New cycles to write (a failed batch waits for the next one), or maintenance due."""
+        if self._actions and not self._failing:
+            return True
         if self._queue and len(self._queue) + len(self._pending) >= self.config.batch_cycles:
             return True
         return not self._failing and self._due()
@@ -161,7 +184,23 @@ class HistoryWriter:
             self._maintenance()
         return done
 
+    def _write_actions(self) -> None:
+        with self._cond:
+            rows, self._actions = self._actions, []
+        if not rows:
+            return
+        try:
+            self._get_store().append(ACTIONS.name, rows)
+            self.rows_written += len(rows)
+        except Exception as e:
+            with self._cond:
+                self._actions[:0] = rows
+            log.warning(
+                "history: %d audit row(s) not written yet: %s", len(rows), failure_cause(e, self.config)
+            )
+
     def _write_pending(self) -> bool:
+        self._write_actions()
         with self._cond:
             batches = list(self._pending)
         if not batches:
@@ -179,15 +218,7 @@ class HistoryWriter:
                     self._touched.update((str(r[CLUSTER_COLUMN]), str(r[DATE_COLUMN])) for r in rows)
         except Exception as e:
             self.writes_failed += 1
-            if not self._failing:
-                log.warning(
-                    "history write to %s failed (%s: %s); %d cycle(s) kept to retry with the next batch",
-                    self.config.redacted_path,
-                    type(e).__name__,
-                    _first_line(e),
-                    len(batches),
-                )
-                self._failing = True
+            self._write_failed(e, len(batches))
             return False
         with self._cond:
             for b in batches:
@@ -199,7 +230,27 @@ class HistoryWriter:
         if self._failing:
             log.info("history writes recovered after %d failure(s)", self.writes_failed)
             self._failing = False
+            self._failure_logged = None
         return True
+
+    def _write_failed(self, error: Exception, cycles: int) -> None:
+        """One line with the cause, at the first failure, when the cause changes, and at most
+        every :data:`FAILURE_LOG_EVERY_S` while it lasts; Spark's trace at debug level only."""
+        cause = failure_cause(error, self.config)
+        now = self._clock()
+        logged = self._failure_logged
+        if logged is None or logged[0] != cause or now - logged[1] >= FAILURE_LOG_EVERY_S:
+            log.warning(
+                "history write to %s failed: %s; %d cycle(s) kept to retry with the next batch "
+                "(%d failed write(s) so far)",
+                self.config.redacted_path,
+                cause,
+                cycles,
+                self.writes_failed,
+            )
+            self._failure_logged = (cause, now)
+        log.debug("history write to %s failed", self.config.redacted_path, exc_info=error)
+        self._failing = True
 
     def _get_store(self) -> HistoryStore:
         if self._store is None:
@@ -228,11 +279,11 @@ class HistoryWriter:
             self.maintenance_failed += 1
             self._touched |= touched
             log.warning(
-                "history compaction/retention failed (%s: %s); retried in %.0f s",
-                type(e).__name__,
-                _first_line(e),
+                "history compaction/retention failed: %s; retried in %.0f s",
+                failure_cause(e, self.config),
                 self.config.compact_every_ms / 1000,
             )
+            log.debug("history compaction/retention failed", exc_info=e)
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Stop the thread, then write what is pending (one attempt, bounded in time)."""
@@ -268,6 +319,95 @@ class HistoryWriter:
         }
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0][:300] if text else ""
+#: While writes keep failing for the same cause, the line is logged again this often.
+FAILURE_LOG_EVERY_S = 600.0
+
+#: What a failed write's message chain says, and what it means (the first match wins).
+_CAUSES = (
+    ("No space left on device", "disk full"),
+    ("Disk quota exceeded", "disk quota exceeded"),
+    ("Read-only file system", "read-only file system"),
+    ("ParentNotDirectoryException", "not a directory"),
+    ("Not a directory", "not a directory"),
+    ("is not a directory", "not a directory"),
+    ("Permission denied", "permission denied"),
+    ("AccessDeniedException", "permission denied"),
+)
+
+
+def failure_cause(error: BaseException, config: HistoryConfig) -> str:
+    """Why a write failed, in a few words: disk full, read-only file system, not a directory,
+    permission denied (found in the exception's chain, Java's included, or, for a local
+    history, by trying to write there), else the deepest cause's first line."""
+    chain = _messages(error)
+    for needle, meaning in _CAUSES:
+        for message in chain:
+            if needle in message:
+                return f"{meaning} ({_clip(message)})"
+    if config.is_local:
+        problem = local_write_problem(config.local_path)
+        if problem is not None:
+            return problem
+    return _clip(chain[-1]) if chain else type(error).__name__
+
+
+def check_history_path(config: HistoryConfig) -> None:
+    """At start, as ``state_dir``: a local history's directory is created if missing and must
+    be writable, else :class:`~exporter.config.ConfigError` naming ``history.path`` (exit 2).
+    A remote one (s3a://, hdfs:// ...) is Spark's to reach: its failures are the writer's."""
+    if not config.is_local:
+        return
+    problem = local_write_problem(config.local_path)
+    if problem is not None:
+        from exporter.config import ConfigError
+
+        raise ConfigError([f"history.path: cannot write to {config.redacted_path}: {problem}"])
+
+
+#: What the start-up probe writes: about one cycle's rows.
+_PROBE_BYTES = 64 * 1024
+
+
+def local_write_problem(path: str) -> str | None:
+    """What stops writing under a local directory (its nearest existing part is tried: a
+    directory and a file created and removed), or None when it can be written."""
+    target = Path(path)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=target, prefix=".probe-") as probe:
+            probe.write(bytes(_PROBE_BYTES))  # an empty file fits on a full disk
+            probe.flush()
+            os.fsync(probe.fileno())
+    except OSError as e:
+        meaning = {
+            errno.ENOSPC: "disk full",
+            errno.EDQUOT: "disk quota exceeded",
+            errno.EROFS: "read-only file system",
+            errno.ENOTDIR: "not a directory",
+            errno.EEXIST: "not a directory",
+            errno.EACCES: "permission denied",
+            errno.EPERM: "permission denied",
+        }.get(e.errno or 0, "cannot write")
+        return f"{meaning} ({e.strerror or e}: {e.filename or path})"
+    except ValueError:  # a NUL byte in the name
+        return "not a usable path"
+    return None
+
+
+def _messages(error: BaseException) -> list[str]:
+    """The messages of the exception and its causes, outermost first; a Py4J error's Java
+    trace names its causes (``Caused by: ...``) in its text."""
+    found: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = str(current)
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("at ")]
+        found += [ln.removeprefix(": ").removeprefix("Caused by: ") for ln in lines]
+        current = current.__cause__ or current.__context__
+    return found
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= 240 else text[:237] + "..."

@@ -104,6 +104,7 @@ EXPORTER_CYCLES_SKIPPED = "kafka_txn_exporter_cycles_skipped_total"
 EXPORTER_REQUEST_ERRORS = "kafka_txn_exporter_request_errors_total"
 EXPORTER_BUILD_INFO = "kafka_txn_exporter_build_info"
 EXPORTER_TRANSACTIONAL_IDS_VISIBLE = "kafka_txn_exporter_transactional_ids_visible"
+REMEDIATIONS = "kafka_txn_remediations_total"
 
 #: Series every Prometheus adds itself (the exporter-down alert reads ``up``); the alerts
 #: reference ``ALERTS`` nowhere, the dashboards' annotations do.
@@ -164,6 +165,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(EXPORTER_REQUEST_ERRORS, "counter", ("api", "error")),
     Family(EXPORTER_BUILD_INFO, "gauge", ("version",), per_cluster=False),
     Family(EXPORTER_TRANSACTIONAL_IDS_VISIBLE, "gauge"),
+    Family(REMEDIATIONS, "counter", ("action", "result")),
 )
 
 #: Families the collector emits only in some setups (consumer groups configured; the

@@ -26,6 +26,10 @@ CYCLE_RESULTS = ("complete", "partial", "failed")
 CYCLE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
+#: Every (action, result) of the remediation counter, pre-created at zero per cluster.
+REMEDIATION_LABELS = tuple(("abort", r) for r in ("aborted", "dry_run", "refused", "failed"))
+
+
 class ExporterMetrics:
     """The exporter's own counters and histograms, updated by the cycle jobs."""
 
@@ -62,6 +66,15 @@ class ExporterMetrics:
             [cluster_label],
             registry=registry,
         )
+        self.remediations = Counter(
+            f"{PREFIX}_remediations",
+            "Actions of the daemon's auto-remediation (config remediation:) by action (abort: "
+            "WriteTxnMarkers) and result: aborted, dry_run (reported, nothing written), "
+            "refused (the re-validation right before the write found it owned, changed or not "
+            "provably hanging) or failed (a Kafka error).",
+            [cluster_label, "action", "result"],
+            registry=registry,
+        )
         self.add_clusters(clusters)
         build = Gauge(
             f"{PREFIX}_exporter_build_info", "Version of kafka-txn-exporter.", ["version"], registry=registry
@@ -75,6 +88,8 @@ class ExporterMetrics:
             self.cycles_skipped.labels(cluster)
             for result in CYCLE_RESULTS:
                 self.cycles.labels(cluster, result)
+            for action, result in REMEDIATION_LABELS:
+                self.remediations.labels(cluster, action, result)
 
 
 class TransactionHealthCollector(Collector):

@@ -60,7 +60,7 @@ LSO_WAIT_S = 10.0
 LSO_POLL_S = 0.2
 
 
-def _record_action(action: str, target: Target, plan: dict[str, Any]) -> None:
+def record_action(action: str, target: Target, plan: dict[str, Any]) -> None:
     """The audit record (exporter.history.audit), imported when an action is recorded: the
     history schema imports pyarrow, half a second every command would pay at start."""
     from exporter.history.audit import record_action
@@ -161,56 +161,84 @@ def abort(admin: ClusterAdmin, spark: SparkSession, target: Target, request: Abo
     producer = find_open_transaction(producers_of(admin, request.topic, request.partition, leader), request)
     classified = classify(target, spark, partitions=[(request.topic, request.partition)])
     aborting = AbortTarget(request.topic, request.partition, leader, producer)
-    finding = _judge(classified, aborting, owner_checked=request.owner_checked)
-    offsets = _offsets(classified, request.topic, request.partition)
-    plan = _abort_plan(aborting, finding, offsets)
+    finding = judge_abort(classified, aborting, owner_checked=request.owner_checked)
+    offsets = partition_offsets(classified, request.topic, request.partition)
+    plan = abort_plan(aborting, finding, offsets)
     if not request.yes:
         plan["result"] = "dry_run"
-        _record_action("abort", target, plan)
+        record_action("abort", target, plan)
         emit(
             request.output,
             plan,
-            _abort_text(plan) + "\nDry run: nothing was changed. Re-run "
-            "with --yes to write the ABORT marker.",
+            abort_text(plan) + "\nDry run: nothing was changed. Re-run with --yes to write the ABORT marker.",
         )
         return ExitCode.OK
-    # Re-validate both sides right before acting: the plan may be seconds old.
-    revalidate_abort(admin, aborting, request)
-    admin.abort_transaction(aborting.spec(), leader)
-    after = _wait_for_lso(admin, aborting)
-    remaining = [
-        p
-        for p in producers_of(admin, request.topic, request.partition, leader)
-        if p.current_txn_start_offset >= 0
-    ]
-    still_open = any(
-        p.producer_id == producer.producer_id and p.current_txn_start_offset == aborting.start_offset
-        for p in remaining
-    )
+    outcome = execute_abort(admin, aborting, request)
+    after, still_open = outcome.after, outcome.still_open
     plan.update(
         result="aborted" if not still_open else "marker_written_but_still_open",
         lso_after=after.last_stable_offset,
         high_watermark_after=after.high_watermark,
     )
-    lso_passed = after.last_stable_offset > aborting.start_offset
-    text = _abort_text(plan) + (
+    text = abort_text(plan) + (
         f"\nAborted. LSO of {aborting.where} is now {after.last_stable_offset} "
         f"(was {plan['lso_before']}; high watermark {after.high_watermark})."
     )
-    _record_action("abort", target, plan)
+    record_action("abort", target, plan)
     emit(request.output, plan, text)
     if still_open:
         note(f"abort: the marker was written but {aborting.where} still shows the transaction open")
         return ExitCode.KAFKA
-    if not lso_passed:
-        holders = ", ".join(
-            f"producer id {p.producer_id} from offset {p.current_txn_start_offset}" for p in remaining
-        )
+    if not outcome.lso_passed:
         note(
             f"abort: the LSO of {aborting.where} is still {after.last_stable_offset}: another "
-            f"open transaction holds it ({holders or 'none seen'}); check it with find-hanging"
+            f"open transaction holds it ({outcome.holders or 'none seen'}); check it with find-hanging"
         )
     return ExitCode.OK
+
+
+@dataclass(frozen=True)
+class AbortOutcome:
+    """What the partition shows after the ABORT marker: its offsets (the LSO waited for) and
+    the open transactions left there."""
+
+    target: AbortTarget
+    after: PartitionOffsets
+    remaining: tuple[ProducerState, ...]
+
+    @property
+    def still_open(self) -> bool:
+        seen = self.target.producer
+        return any(
+            p.producer_id == seen.producer_id and p.current_txn_start_offset == self.target.start_offset
+            for p in self.remaining
+        )
+
+    @property
+    def lso_passed(self) -> bool:
+        return self.after.last_stable_offset > self.target.start_offset
+
+    @property
+    def holders(self) -> str:
+        return ", ".join(
+            f"producer id {p.producer_id} from offset {p.current_txn_start_offset}" for p in self.remaining
+        )
+
+
+def execute_abort(admin: ClusterAdmin, aborting: AbortTarget, request: AbortRequest) -> AbortOutcome:
+    """Both sides read again right before the write (Refused or CannotVerify when they no
+    longer allow it), the ABORT marker, then the LSO waited for and the partition read again.
+    The one way every caller (``abort``, ``recover``, the daemon's remediation) writes it."""
+    # Re-validate both sides right before acting: the plan may be seconds old.
+    revalidate_abort(admin, aborting, request)
+    admin.abort_transaction(aborting.spec(), aborting.leader)
+    after = _wait_for_lso(admin, aborting)
+    remaining = tuple(
+        p
+        for p in producers_of(admin, aborting.topic, aborting.partition, aborting.leader)
+        if p.current_txn_start_offset >= 0
+    )
+    return AbortOutcome(aborting, after, remaining)
 
 
 def revalidate_abort(admin: ClusterAdmin, target: AbortTarget, request: AbortRequest) -> None:
@@ -282,7 +310,7 @@ def coordinator_owner(
     return None
 
 
-def _judge(classified: Classified, target: AbortTarget, *, owner_checked: bool = False) -> Finding:
+def judge_abort(classified: Classified, target: AbortTarget, *, owner_checked: bool = False) -> Finding:
     """The pipeline's verdict on the target; Refused unless it is hanging.
 
     One hanging transaction is refused all the same (CannotVerify, exit 3) unless the
@@ -410,14 +438,14 @@ def _owner(classified: Classified, producer_id: int) -> TransactionDescription |
     return None
 
 
-def _offsets(classified: Classified, topic: str, partition: int) -> PartitionOffsets:
+def partition_offsets(classified: Classified, topic: str, partition: int) -> PartitionOffsets:
     for p in classified.snapshot.partitions:
         if p.topic == topic and p.partition == partition:
             return p
     return PartitionOffsets(topic, partition, -1)
 
 
-def _abort_plan(target: AbortTarget, f: Finding, offsets: PartitionOffsets) -> dict[str, Any]:
+def abort_plan(target: AbortTarget, f: Finding, offsets: PartitionOffsets) -> dict[str, Any]:
     spec = target.spec()
     record = classified_fields(f)
     return {
@@ -452,7 +480,7 @@ def classified_fields(f: Finding) -> dict[str, Any]:
     }
 
 
-def _abort_text(plan: dict[str, Any]) -> str:
+def abort_text(plan: dict[str, Any]) -> str:
     lag = (
         plan["high_watermark_before"] - plan["lso_before"]
         if plan["lso_before"] >= 0 and plan["high_watermark_before"] >= 0
@@ -515,8 +543,22 @@ def _refuse_unless_ongoing(tid: str, d: TransactionDescription) -> None:
         )
 
 
-def force_terminate(admin: ClusterAdmin, target: Target, request: ForceTerminateRequest) -> int:
-    tid = request.transactional_id
+@dataclass
+class TerminatePlan:
+    """What ``force-terminate`` showed: the id's description, the plan (its JSON) and text."""
+
+    transactional_id: str
+    before: TransactionDescription
+    plan: dict[str, Any]
+    text: str
+
+
+def plan_force_terminate(
+    admin: ClusterAdmin, transactional_id: str, expected_epoch: int | None = None
+) -> TerminatePlan:
+    """Describe the id and plan InitProducerId(keepPreparedTxn=false); Refused unless the
+    coordinator knows it and it is Ongoing (and has ``expected_epoch`` when given)."""
+    tid = transactional_id
     before = _describe_known(admin, tid)
     now = int(time.time() * 1000)
     plan: dict[str, Any] = {
@@ -526,10 +568,10 @@ def force_terminate(admin: ClusterAdmin, target: Target, request: ForceTerminate
         "expected_producer_epoch": before.producer_epoch,
     }
     _refuse_unless_ongoing(tid, before)
-    if request.expected_epoch is not None and request.expected_epoch != before.producer_epoch:
+    if expected_epoch is not None and expected_epoch != before.producer_epoch:
         raise Refused(
             f"transactional id {tid!r} has producer epoch {before.producer_epoch}, not "
-            f"{request.expected_epoch} (--producer-epoch): its producer re-initialised "
+            f"{expected_epoch} (--producer-epoch): its producer re-initialised "
             "since you looked; nothing was changed"
         )
     partitions = ", ".join(plan["before"]["partitions"]) or "none"
@@ -547,14 +589,15 @@ def force_terminate(admin: ClusterAdmin, target: Target, request: ForceTerminate
             "\nWarning: a two-phase-commit (KIP-939) transaction; abort it only when its "
             "external transaction manager has decided to abort."
         )
-    if not request.yes:
-        plan["result"] = "dry_run"
-        _record_action("force-terminate", target, plan)
-        emit(
-            request.output, plan, text + "\nDry run: nothing was changed. Re-run with --yes to terminate it."
-        )
-        return ExitCode.OK
-    # The epoch guard: describe again right before InitProducerId.
+    return TerminatePlan(tid, before, plan, text)
+
+
+def execute_force_terminate(admin: ClusterAdmin, planned: TerminatePlan) -> TransactionDescription:
+    """The epoch guard (the id described again right before InitProducerId: Refused when its
+    producer id, epoch or coordinator changed, or it is no longer Ongoing), InitProducerId,
+    then the id's state once settled. ``planned.plan`` gains the result and the LSOs. The one
+    way every caller (``force-terminate``, ``recover``) ends a transaction."""
+    tid, before, plan = planned.transactional_id, planned.before, planned.plan
     now_described = _describe_known(admin, tid)
     changes = [
         f"{name} {seen} -> {current}"
@@ -592,12 +635,26 @@ def force_terminate(admin: ClusterAdmin, target: Target, request: ForceTerminate
         after=transaction_record(after, int(time.time() * 1000)),
         lso_after=_last_stable_offsets(admin, now_described),
     )
-    _record_action("force-terminate", target, plan)
+    return after
+
+
+def force_terminate(admin: ClusterAdmin, target: Target, request: ForceTerminateRequest) -> int:
+    planned = plan_force_terminate(admin, request.transactional_id, request.expected_epoch)
+    plan, text = planned.plan, planned.text
+    if not request.yes:
+        plan["result"] = "dry_run"
+        record_action("force-terminate", target, plan)
+        emit(
+            request.output, plan, text + "\nDry run: nothing was changed. Re-run with --yes to terminate it."
+        )
+        return ExitCode.OK
+    after = execute_force_terminate(admin, planned)
+    record_action("force-terminate", target, plan)
     emit(
         request.output,
         plan,
-        text + f"\nTerminated: producer id {producer_id} now has epoch "
-        f"{epoch}; the transaction is {after.state}.",
+        text + f"\nTerminated: producer id {plan['new_producer_id']} now has epoch "
+        f"{plan['new_producer_epoch']}; the transaction is {after.state}.",
     )
     return ExitCode.OK
 

@@ -1,7 +1,7 @@
 """Operator subcommands of kafka-txn-exporter: the ``kafka-transactions.sh`` verbs, safer.
 
 ``list``, ``describe``, ``describe-producers``, ``find-hanging``, ``abort``,
-``force-terminate`` and ``doctor``. This module is the edge: it builds each verb's typed
+``force-terminate``, ``recover`` and ``doctor``. This module is the edge: it builds each verb's typed
 request from argparse (:mod:`exporter.operator.requests`) and turns outcomes into the exit
 codes of :class:`~exporter.exitcodes.ExitCode`.
 
@@ -42,6 +42,7 @@ from exporter.operator.requests import (
     FindHangingRequest,
     ForceTerminateRequest,
     ListRequest,
+    RecoverRequest,
     UsageError,
 )
 
@@ -60,6 +61,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     _add_find_hanging(sub)
     _add_abort(sub)
     _add_force_terminate(sub)
+    _add_recover(sub)
     _add_doctor(sub)
 
 
@@ -405,6 +407,59 @@ def _add_force_terminate(sub: argparse._SubParsersAction[argparse.ArgumentParser
         type=_non_negative,
         metavar="EPOCH",
         help="the producer epoch you saw (dry run, describe): refused if it changed",
+    )
+    _add_confirmation(p)
+
+
+def _recover(admin: ClusterAdmin, target: Target, request: RecoverRequest) -> int:
+    from exporter.operator.recover import recover
+
+    with hanging.local_spark(target.spark) as spark:
+        return recover(admin, spark, target, request)
+
+
+def _add_recover(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = _parser(
+        sub,
+        "recover",
+        "end every open transaction an application left (abort or force-terminate each)",
+        "List every open transaction of an application (the exporter's attribution rules: "
+        "the built-ins for Kafka Streams, Flink and Spring, and the config's attribution), "
+        "of transactional ids with a prefix, or of a producer id, with its partitions, start "
+        "offset, class, age, coordinator state and the consumer groups it blocks; plan one "
+        "action per transaction: an ABORT marker for a hanging one, force-terminate "
+        "(InitProducerId, KIP-939) for one its coordinator still owns, two-phase-commit ones "
+        "only with --include-prepared. A dry run unless --yes; each write is preceded by the "
+        "same two-sided checks as abort and force-terminate. Refused when anything is "
+        "ambiguous (a transaction that cannot be classed, an owner that may be invisible, a "
+        "prefix matching several applications). Then reports the LSO and the groups that can "
+        "read on.",
+        lambda a: RecoverRequest(
+            application=a.application,
+            transactional_id_prefix=a.transactional_id_prefix,
+            producer_id=a.producer_id,
+            include_prepared=a.include_prepared,
+            yes=a.yes,
+            output=a.output,
+        ),
+        _recover,
+    )
+    p.add_argument("--application", metavar="NAME", help="the application, as the attribution rules name it")
+    p.add_argument(
+        "--transactional-id-prefix",
+        dest="transactional_id_prefix",
+        metavar="PREFIX",
+        help="transactional ids starting with PREFIX",
+    )
+    p.add_argument(
+        "--producer-id", dest="producer_id", type=_non_negative, metavar="ID", help="one producer id"
+    )
+    p.add_argument(
+        "--include-prepared",
+        dest="include_prepared",
+        action="store_true",
+        help="terminate two-phase-commit (KIP-939) transactions too: only when their external "
+        "transaction manager will never decide them",
     )
     _add_confirmation(p)
 

@@ -24,6 +24,7 @@ from exporter.config import (
     load_config,
     parse_flag,
 )
+from exporter.groups_config import BUILTIN_RULES, AttributionRule
 from exporter.kafka.admin import ClusterAdmin
 from exporter.model import PipelineSettings
 from exporter.operator.requests import Connection, UsageError
@@ -41,6 +42,8 @@ class Target:
     config_file: str | None = None
     #: The daemon's Spark settings (its Connect endpoint is the CLI's warm engine).
     spark: SparkConfig | None = None
+    #: Transactional id -> application rules: the config's ``attribution``, else the built-ins.
+    attribution: tuple[AttributionRule, ...] = BUILTIN_RULES
 
     def admin(self) -> ClusterAdmin:
         return ClusterAdmin(
@@ -121,6 +124,8 @@ def read_properties(path: str) -> dict[str, str]:
 
 def resolve_target(conn: Connection, env: Mapping[str, str] | None = None) -> Target:
     """The cluster the flags name. Raises UsageError (bad flags) or ConfigError (bad file)."""
+    if conn.bootstrap_server is not None and not conn.bootstrap_server.strip():
+        raise UsageError("--bootstrap-server: empty; give HOST:PORT[,HOST:PORT...]")
     if conn.config_file and conn.bootstrap_server:
         raise UsageError("--bootstrap-server and --config.file are mutually exclusive")
     if conn.config_file:
@@ -169,4 +174,10 @@ def _from_config_file(conn: Connection) -> Target:
         cluster = matches[0]
     if timeout_ms is not None:
         cluster = replace(cluster, request_timeout_ms=timeout_ms)
-    return Target(cluster=cluster, pipeline=config.pipeline, config_file=conn.config_file, spark=config.spark)
+    return Target(
+        cluster=cluster,
+        pipeline=config.pipeline,
+        config_file=conn.config_file,
+        spark=config.spark,
+        attribution=config.attribution,
+    )

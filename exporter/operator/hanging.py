@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from exporter.exitcodes import ExitCode
+from exporter.groups_config import GroupsConfig
 from exporter.kafka.admin import ClusterAdmin
 from exporter.kafka.collector import SnapshotCollector
 from exporter.kafka.errors import KafkaRequestError
@@ -83,23 +84,31 @@ class Classified:
 
 
 def classify(
-    target: Target, spark: SparkSession, *, partitions: Sequence[tuple[str, int]] | None
+    target: Target,
+    spark: SparkSession,
+    *,
+    partitions: Sequence[tuple[str, int]] | None,
+    groups: GroupsConfig | None = None,
 ) -> Classified:
     """One snapshot of ``partitions`` (all when None), classified with hanging confirmed at
     once: an operator looking now wants this cycle's answer. Only the findings and the
     partitions (their LSO lag) are computed: the same classification as the daemon's, without
-    the metric tables a command does not show."""
+    the metric tables a command does not show; with ``groups``, the consumer-group family too
+    (its blocked consumers), on the target's attribution rules."""
     from exporter.pipeline.compute import FINDINGS_OUTPUTS, compute
 
     # The collector owns (and closes) its own clients.
-    collector = SnapshotCollector(cluster=target.cluster.name, admin=target.admin())
+    collector = SnapshotCollector(cluster=target.cluster.name, admin=target.admin(), groups=groups)
     try:
         snapshot = collector.collect(partitions=partitions)
     finally:
         collector.close()
     now = int(time.time() * 1000)
     settings = replace(target.pipeline, hanging_confirm_cycles=1, max_findings=_NO_CAP)
-    result = compute(spark, snapshot, settings, None, now, outputs=FINDINGS_OUTPUTS)
+    outputs = FINDINGS_OUTPUTS | {"groups"} if groups is not None else FINDINGS_OUTPUTS
+    result = compute(
+        spark, snapshot, settings, None, now, groups=groups, rules=target.attribution, outputs=outputs
+    )
     return Classified(snapshot, result, now)
 
 

@@ -117,3 +117,54 @@ class DoctorRequest:
 
     topics: tuple[str, ...] | None = None
     output: str = "table"
+
+
+@dataclass(frozen=True)
+class RecoverRequest:
+    """Every open transaction of one application (the attribution rules), of transactional
+    ids with a prefix, or of one producer id: exactly one of the three."""
+
+    application: str | None = None
+    transactional_id_prefix: str | None = None
+    producer_id: int | None = None
+    #: Two-phase-commit transactions too (their external coordinator decides them).
+    include_prepared: bool = False
+    yes: bool = False
+    output: str = "table"
+
+    def __post_init__(self) -> None:
+        given = [
+            flag
+            for flag, value in (
+                ("--application", self.application),
+                ("--transactional-id-prefix", self.transactional_id_prefix),
+                ("--producer-id", self.producer_id),
+            )
+            if value is not None
+        ]
+        if len(given) != 1:
+            raise UsageError(
+                "name what to recover with exactly one of --application, "
+                "--transactional-id-prefix or --producer-id"
+                + (f" (given: {', '.join(given)})" if given else "")
+            )
+        for flag, value in (
+            ("--application", self.application),
+            ("--transactional-id-prefix", self.transactional_id_prefix),
+        ):
+            if value is not None and not value.strip():
+                raise UsageError(f"{flag} must not be empty")
+
+    @property
+    def selection(self) -> dict[str, object]:
+        """The selector as given (for the plan and the audit)."""
+        if self.application is not None:
+            return {"application": self.application}
+        if self.transactional_id_prefix is not None:
+            return {"transactional_id_prefix": self.transactional_id_prefix}
+        return {"producer_id": self.producer_id}
+
+    @property
+    def described(self) -> str:
+        ((key, value),) = self.selection.items()
+        return f"--{key.replace('_', '-')} {value}"

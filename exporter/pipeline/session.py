@@ -24,17 +24,19 @@ import contextlib
 import logging
 import os
 import re
+import shlex
 import signal
 import socket
+import tempfile
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from exporter.config import SparkConfig
+from exporter.config import SparkConfig, is_secret_spark_setting
 from exporter.pipeline.class_archive import archive_options, mapped_archive, refuse_archive
 
 log = logging.getLogger(__name__)
@@ -260,8 +262,14 @@ def spark_session(config: SparkConfig, *, short_lived: bool = False) -> SparkSes
     """Start (or return the already running) Spark session described by ``config``.
 
     ``short_lived``: a session for one command (the CLI), tuned to start rather than to run.
+
+    A classic session's settings reach its JVM on spark-submit's command line, which any
+    local user reads in ``ps``: the secret ones (:func:`~exporter.config.is_secret_spark_setting`)
+    go through a properties file only this process can read instead, deleted once the JVM
+    has read it (:func:`secrets_file`). Spark Connect sends every setting over its channel.
     """
     conf = session_conf(config, short_lived=short_lived)
+    secrets = {} if config.connect_url else {k: v for k, v in conf.items() if is_secret_spark_setting(k)}
     if config.connect_url:
         builder = SparkSession.builder.remote(config.connect_url)
         where = config.redacted_connect_url
@@ -269,7 +277,8 @@ def spark_session(config: SparkConfig, *, short_lived: bool = False) -> SparkSes
         builder = SparkSession.builder.master(config.master).appName(config.app_name)
         where = config.master
     for key, value in conf.items():
-        builder = builder.config(key, value)
+        if key not in secrets:
+            builder = builder.config(key, value)
     if is_embedded(config):
         # The embedded driver binds to loopback; without this Spark looks up the host name.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -277,7 +286,8 @@ def spark_session(config: SparkConfig, *, short_lived: bool = False) -> SparkSes
             os.environ.setdefault(key, value)
     log.info("starting Spark session on %s", where)
     try:
-        session = builder.getOrCreate()
+        with secrets_file(secrets):
+            session = builder.getOrCreate()
     except Exception as e:
         archive = mapped_archive(config) if is_embedded(config) else None
         if archive is None:
@@ -292,6 +302,53 @@ def spark_session(config: SparkConfig, *, short_lived: bool = False) -> SparkSes
         session.sparkContext.setLogLevel("ERROR")
         cache_function_lookups(session)
     return session
+
+
+#: How PySpark is told to launch spark-submit (its extra arguments; "pyspark-shell" alone
+#: by default).
+SUBMIT_ARGS_ENV = "PYSPARK_SUBMIT_ARGS"
+_submit_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def secrets_file(settings: Mapping[str, str]) -> Iterator[Path | None]:
+    """While a JVM is launched: ``settings`` in a properties file readable by this process
+    only (mode 0600, in a directory of its own), named to spark-submit by
+    ``--properties-file`` in :data:`SUBMIT_ARGS_ENV` (the file's name is on the command line,
+    never its content). Deleted, and the variable restored, on leaving. Nothing without
+    settings."""
+    if not settings:
+        yield None
+        return
+    with _submit_lock, tempfile.TemporaryDirectory(prefix="kte-spark-") as directory:
+        path = Path(directory) / "secrets.properties"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.writelines(f"{_escape(k)}={_escape(v)}\n" for k, v in settings.items())
+        before = os.environ.get(SUBMIT_ARGS_ENV)
+        named = f"--properties-file {shlex.quote(str(path))}"
+        os.environ[SUBMIT_ARGS_ENV] = f"{named} {before or 'pyspark-shell'}"
+        try:
+            yield path
+        finally:
+            if before is None:
+                os.environ.pop(SUBMIT_ARGS_ENV, None)
+            else:
+                os.environ[SUBMIT_ARGS_ENV] = before
+
+
+def _escape(text: str) -> str:
+    """A key or value as java.util.Properties reads it back (spark-submit reads UTF-8 and
+    trims the value)."""
+    out = []
+    for i, c in enumerate(text):
+        if c in "\\=:#!" or (c == " " and i == 0):
+            out.append("\\" + c)
+        elif c in "\n\r\t\f":
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}[c])
+        else:
+            out.append(c)
+    return "".join(out)
 
 
 #: The JVM classes a classic session reaches through py4j for every column expression and

@@ -8,9 +8,12 @@ with one exporter gauge, exactly as the daemon wires it.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import contextlib
 import logging
+import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -27,6 +30,8 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, Gauge
 
+from exporter import cli
+from exporter.daemon import Daemon, PipelineRunner
 from exporter.daemon.http import MetricsServer
 from exporter.daemon.web import WebSettings, load_web_config
 from testbed.broker import free_port
@@ -264,3 +269,93 @@ def test_idle_and_half_sent_connections_are_closed_and_hold_no_thread() -> None:
             what="threads back to the baseline",
             diagnostics=lambda: str([t.name for t in threading.enumerate()]),
         )
+
+
+# -- SIGHUP: the web config is reloaded with the rest (issue 39) ------------------------------
+
+
+class _NoSpark(PipelineRunner):
+    def begin_start(self) -> None:
+        pass
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def _unverified() -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def served_certificate(port: int) -> bytes:
+    with socket.create_connection((LOOPBACK, port), timeout=10) as raw, _unverified().wrap_socket(raw) as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return der
+
+
+def _users(password: str) -> dict[str, str]:
+    return {USER: bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()}
+
+
+def test_after_sighup_a_revoked_password_gets_401_and_the_rotated_certificate_is_served(
+    tmp_path: Path,
+) -> None:
+    old, new = make_pki(tmp_path / "old"), make_pki(tmp_path / "new")
+    live = tmp_path / "live"  # the paths the web config names, rotated in place as a Secret is
+    live.mkdir()
+    cert, key = live / "tls.crt", live / "tls.key"
+    cert.write_bytes(old.server_cert.read_bytes())
+    key.write_bytes(old.server_key.read_bytes())
+    web = tmp_path / "web.yml"
+    tls = {"cert_file": str(cert), "key_file": str(key)}
+    web.write_text(yaml.safe_dump({"tls_server_config": tls, "basic_auth_users": _users(PASSWORD)}))
+    config_file = tmp_path / "config.yml"
+    config_file.write_text(
+        yaml.safe_dump(
+            {
+                "clusters": [{"name": "a", "bootstrap_servers": "127.0.0.1:1", "interval": "1h"}],
+                "web": {"listen_address": f"{LOOPBACK}:{free_port()}", "config_file": str(web)},
+            }
+        )
+    )
+    args = argparse.Namespace(
+        config_file=str(config_file), listen_address=None, log_level=None, web_config_file=None
+    )
+    config = cli._load(args)
+    daemon = Daemon(config, registry=registry(), pipeline=_NoSpark(config.spark, config.pipeline))
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    daemon.start()
+    try:
+        url = f"https://{LOOPBACK}:{daemon.port}/metrics"
+        assert served_certificate(daemon.port) == ssl.PEM_cert_to_DER_cert(old.server_cert.read_text())
+        assert fetch(url, _unverified(), (USER, PASSWORD))[0] == 200
+
+        cert.write_bytes(new.server_cert.read_bytes())  # the certificate rotated
+        key.write_bytes(new.server_key.read_bytes())
+        web.write_text(yaml.safe_dump({"tls_server_config": tls, "basic_auth_users": _users("rotated-pw-1")}))
+        signals = cli.SignalStop()
+        os.kill(os.getpid(), signal.SIGHUP)
+        assert signals.wait(poll_s=0.01) is False, "SIGHUP asks for a reload"
+        cli._reload(args, daemon)
+
+        assert served_certificate(daemon.port) == ssl.PEM_cert_to_DER_cert(new.server_cert.read_text())
+        assert fetch(url, _unverified(), (USER, PASSWORD))[0] == 401, "the revoked password"
+        assert fetch(url, _unverified(), (USER, "rotated-pw-1"))[0] == 200
+        assert fetch(f"https://{LOOPBACK}:{daemon.port}/healthz", _unverified())[0] == 200
+    finally:
+        daemon.stop()
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+
+
+def test_the_server_header_names_the_product_not_the_python_version() -> None:
+    with serving(WebSettings()) as server:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(f"http://{LOOPBACK}:{server.port}/healthz", timeout=5) as response:
+            assert response.headers["Server"] == "kafka-txn-exporter"

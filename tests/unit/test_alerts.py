@@ -67,6 +67,7 @@ REQUIRED_ALERTS = {
     "KafkaTxnExporterBlindSpot",
     "KafkaTxnExporterCyclesSkipped",
     "KafkaTransactionCoordinatorTimeoutAbortsRising",
+    "KafkaTransactionRemediated",
 }
 
 
@@ -209,7 +210,7 @@ def test_every_alert_is_tested_firing_and_not_firing() -> None:
 @pytest.mark.parametrize("rule", rules(), ids=lambda rule: str(rule["alert"]))
 def test_alert_has_severity_annotations_and_runbook(rule: Mapping[str, Any]) -> None:
     name = rule["alert"]
-    assert rule["labels"]["severity"] in ("critical", "warning")
+    assert rule["labels"]["severity"] in ("critical", "warning", "info")
     annotations = rule["annotations"]
     for key in ("summary", "description", "runbook_url"):
         assert str(annotations.get(key, "")).strip(), f"{name}: {key} missing"
@@ -252,7 +253,7 @@ def test_additional_labels_and_annotations_never_override_the_alerts_own() -> No
     for group in rules_document(tuned)["groups"]:
         for rule in group["rules"]:
             assert rule["labels"]["team"] == "kafka"
-            assert rule["labels"]["severity"] in ("critical", "warning")
+            assert rule["labels"]["severity"] in ("critical", "warning", "info")
             assert rule["annotations"]["summary"] != "x"
             assert rule["annotations"]["dashboard"] == "https://g/d"
             assert rule["annotations"]["runbook_url"] == f"https://wiki.example/rb/{rule['alert']}.md"

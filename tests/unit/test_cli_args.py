@@ -84,6 +84,13 @@ def test_bad_flags_exit_2_naming_the_flag(
     assert "usage: kafka-txn-exporter" in err
 
 
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_bootstrap_server_is_named_as_empty(capsys: pytest.CaptureFixture[str], value: str) -> None:
+    err = usage_error(capsys, "list", "--bootstrap-server", value)
+    assert "--bootstrap-server: empty; give HOST:PORT[,HOST:PORT...]" in err
+    assert "one of --bootstrap-server or --config.file is required" not in err
+
+
 def test_command_config_is_validated_like_the_config_file(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -18,6 +18,7 @@ from exporter.config import (
     SECRET_PROPERTIES,
     ConfigError,
     WebConfig,
+    is_secret_spark_setting,
     load_config,
     parse_config,
     read_yaml,
@@ -395,3 +396,92 @@ def test_a_refused_secret_is_not_also_reported_missing() -> None:
     }
     found = problems(minimal(kafka=kafka))
     assert len(found) == 1 and "a literal secret in the file is refused" in found[0]
+
+
+# --- secret Spark settings ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "spark.hadoop.fs.s3a.secret.key",
+        "spark.hadoop.fs.s3a.access.key",
+        "spark.hadoop.fs.s3a.session.token",
+        "spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net",
+        "spark.hadoop.fs.azure.account.oauth2.client.secret",
+        "spark.hadoop.fs.gs.auth.service.account.private.key",
+        "spark.hadoop.fs.oss.accessKeySecret",
+        "spark.hadoop.fs.cosn.userinfo.secretKey",
+        "spark.ssl.keyPassword",
+        "spark.authenticate.secret",
+        "spark.hadoop.fs.adl.oauth2.credential",
+        "spark.hadoop.fs.s3.awsAccessKeyId",
+        "spark.hadoop.fs.azure.sas.container.acct.blob.core.windows.net",
+    ],
+)
+def test_secret_spark_settings_are_recognised_and_refused_as_literals(name: str) -> None:
+    assert is_secret_spark_setting(name)
+    found = problems({**minimal(), "spark": {"conf": {name: "hunter2"}}})
+    assert found == [
+        f"spark.conf.{name}: a literal secret in the file is refused: write "
+        '"${ENV_VAR}" (or set allow_literal_secrets: true)'
+    ]
+    config = parse_config({**minimal(), "spark": {"conf": {name: "${S}"}}}, env={"S": "hunter2"})
+    assert config.spark.conf[name] == "hunter2"
+    allowed = parse_config(
+        {**minimal(), "spark": {"conf": {name: "x"}}, "allow_literal_secrets": True}, env={}
+    )
+    assert allowed.spark.conf[name] == "x"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "spark.kerberos.keytab",
+        "spark.ssl.keyStore",
+        "spark.network.crypto.keyLength",
+        "spark.sql.mapKeyDedupPolicy",
+        "spark.hadoop.fs.s3a.aws.credentials.provider",
+        "spark.sql.shuffle.partitions",
+        "spark.driver.extraJavaOptions",
+    ],
+)
+def test_settings_that_only_mention_a_key_are_not_secrets(name: str) -> None:
+    assert not is_secret_spark_setting(name)
+    assert parse_config({**minimal(), "spark": {"conf": {name: "x"}}}, env={}).spark.conf[name] == "x"
+
+
+# --- values that would fail at run time ----------------------------------------------------------
+
+
+def test_a_huge_integer_duration_names_its_key_and_keeps_the_other_problems(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, err = check_config(
+        capsys,
+        tmp_path,
+        f"""
+        clusters:
+          - {{name: c, bootstrap_servers: "h:1", interval: {10**400}}}
+        log: {{level: loud}}
+    """,
+    )
+    assert code == 2
+    assert "clusters[0].interval: is too large for a duration" in err
+    assert "log.level: 'loud' is not allowed" in err
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/"])
+def test_a_telemetry_path_the_server_answers_itself_is_refused(path: str) -> None:
+    found = problems({**minimal(), "web": {"telemetry_path": path}})
+    assert found == [
+        f"web.telemetry_path: {path!r} is answered by the exporter itself (reserved: /, /healthz, /readyz)"
+    ]
+
+
+@pytest.mark.parametrize("value", ["a\x00b", "\ud800"])
+def test_strings_no_file_name_command_line_or_c_library_takes_are_refused(value: str) -> None:
+    found = problems(
+        {**minimal(), "spark": {"local_dir": value, "conf": {"spark.x": value}}, "state_dir": value}
+    )
+    assert len(found) == 3 and all(value not in p for p in found)

@@ -67,7 +67,7 @@ def test_wrong_types_unknown_keys_and_bounds_are_reported_together() -> None:
     )
     assert problems == [
         f"{PATH}.per_partition: must be true or false, got 'yes'",
-        f"{PATH}.blocked_after_cycles: must be at least 1, got 0",
+        f"{PATH}.blocked_after_cycles: must be between 1 and 100000",
         f"{PATH}.max_group_series: must be an integer, got True",
         f"{PATH}.colour: unknown key (allowed: allow, blocked_after_cycles, "
         "consumable_check_max_offsets, deny, enabled, max_blocked, max_group_series, "

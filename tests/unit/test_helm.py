@@ -1068,3 +1068,10 @@ def test_cluster_files_values_that_would_fail_fail_with_a_message(
     for s in sets:
         args += ["--set", s]
     assert expected in render_error(helm, *args)
+
+
+def test_a_cluster_file_in_values_takes_the_keys_of_a_clusters_entry() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]
+    entry = schema["config"]["properties"]["clusters"]["items"]
+    cluster_file = schema["clusterFiles"]["properties"]["files"]["additionalProperties"]
+    assert cluster_file == {**entry, "required": [r for r in entry["required"] if r != "name"]}

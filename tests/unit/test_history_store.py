@@ -265,3 +265,128 @@ def test_window_defaults_to_the_last_24_hours() -> None:
 
     args = argparse.Namespace(since=None, from_=None, to=None)
     assert window_ms(args, 10 * DAY) == (9 * DAY, 10 * DAY)
+
+
+# --- the report tells the truth (issue 39) -------------------------------------------------------
+
+
+def report_exit(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    try:
+        code = main(["report", *argv])
+    except SystemExit as e:
+        code = int(e.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_history_path_that_does_not_exist_or_is_no_history_exits_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Spark was started for a path that is no history")
+
+    monkeypatch.setattr("exporter.history.cli.run_report", no_run)
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    (tmp_path / "empty").mkdir()
+    for path, problem in (
+        (tmp_path / "typo", "does not exist"),
+        (a_file, "is not a directory"),
+        (tmp_path / "empty", "is not a history (no cycles, "),
+    ):
+        code, _, err = report_exit(capsys, "--history", str(path), "--since", "1h")
+        assert code == 2 and f"--history {path}: {problem}" in err, err
+    config = tmp_path / "c.yml"
+    config.write_text(
+        f"clusters: [{{name: a, bootstrap_servers: 'h:1'}}]\nhistory: {{path: {tmp_path / 'typo'}}}\n"
+    )
+    code, _, err = report_exit(capsys, "--config.file", str(config))
+    assert code == 2 and f"history.path {tmp_path / 'typo'} (--config.file {config}): does not exist" in err
+
+
+def test_an_unwritable_output_exits_2_before_the_run(
+    history: HistoryStore, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the report ran before its output was checked")
+
+    monkeypatch.setattr("exporter.history.cli.run_report", no_run)
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    for output, problem in (
+        (tmp_path, f"{tmp_path} is a directory"),
+        (a_file / "r.json", f"{a_file} is not a directory"),
+    ):
+        code, _, err = report_exit(capsys, "--history", history.base, "--output", str(output))
+        assert code == 2 and f"--output: {problem}" in err, err
+
+
+def test_an_output_on_a_read_only_file_system_exits_2_before_the_run(
+    history: HistoryStore, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import subprocess
+
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)], capture_output=True, check=False
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        code, _, err = report_exit(capsys, "--history", history.base, "--output", str(mount / "r.json"))
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+    assert code == 2 and f"--output: cannot write to {mount}: Read-only file system" in err, err
+
+
+def corrupt(path: Path, how: str) -> None:
+    data = path.read_bytes()
+    path.write_bytes({"truncated": data[: len(data) // 2], "garbage": b"not parquet at all " * 20}[how])
+
+
+def test_corrupt_files_are_skipped_and_listed_and_the_rest_reported(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "history"
+    write_scenario(spark, root, per_cycle=True)
+    bad_cycle, bad_lag = files(root, "cycles")[0], files(root, "lso_lag")[0]
+    corrupt(bad_cycle, "truncated")
+    corrupt(bad_lag, "garbage")
+    (root / "transactions" / "cluster=prod" / "notes.txt").write_text("a stray file")
+    stray = next((root / "closed" / "cluster=prod").iterdir()) / "notes.txt"
+    stray.write_text("another one, among the Parquet files")
+    window = ("--from", str(T0 - DAY), "--to", str(T0 + DAY), "--cluster", "prod")
+    code, out, err = report_exit(capsys, "--history", str(root), *window, "--format", "json")
+    assert code == 0, err
+    report = json.loads(out)
+    relative = sorted(str(p.relative_to(root)) for p in (bad_cycle, bad_lag))
+    strays = [str(stray.relative_to(root)), "transactions/cluster=prod/notes.txt"]
+    assert report["unreadable_files"] == sorted([*relative, *strays])
+    assert "4 unreadable file(s) skipped" in err
+    assert "Traceback" not in err and "Py4J" not in err
+    (health,) = report["health"]["clusters"]
+    assert health["cycles_complete"] + health["cycles_partial"] == 7, "the other cycles' files were read"
+    assert {i["topic"] for i in report["incidents"]} == {"orders", "payments"}
+    code, out, _ = report_exit(capsys, "--history", str(root), *window)
+    assert code == 0 and "Unreadable files (4, skipped" in out and relative[0] in out
+
+
+def test_a_remote_historys_files_are_checked_by_their_parquet_framing(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The Hadoop file system's side of the check (the one an s3a:// history gets), here on
+    local files read through Hadoop."""
+    from exporter.history.store import _FileSystem
+
+    root = tmp_path / "history"
+    write_scenario(spark, root)
+    good, bad, short = files(root, "closed")[0], files(root, "cycles")[0], files(root, "lso_lag")[0]
+    corrupt(bad, "truncated")
+    short.write_bytes(b"PAR1")
+    fs = _FileSystem.of(spark, HistoryConfig(path=str(root)))
+    assert fs.is_parquet(f"file://{good}")
+    assert not fs.is_parquet(f"file://{bad}") and not fs.is_parquet(f"file://{short}")
+    listed = fs.files(f"file://{root}/cycles")
+    assert listed and all(p.startswith("file:") and "_SUCCESS" not in p for p in listed)

@@ -105,6 +105,40 @@ def test_a_memory_older_than_three_intervals_and_five_minutes_is_not_used(
     assert store.load("prod", NOW - 6 * MIN, max_age_ms(30_000)) is None  # the clock went back
 
 
+def test_a_memory_dated_in_the_future_is_ignored_saying_so_a_clock_skew_is_not(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = MemoryStore(str(tmp_path))
+    store.save("prod", MEMORY, NOW + 3_000 * 365 * 86_400_000)  # a clock once set far ahead
+    with caplog.at_level(logging.INFO):
+        assert store.load("prod", NOW, max_age_ms(30_000)) is None
+    assert "ignored: dated 94608000000 s in the future of this clock" in caplog.text
+    assert " -" not in caplog.text, "no negative age"
+    store.save("prod", MEMORY, NOW + 30_000)  # another node's clock, 30 s ahead
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        assert store.load("prod", NOW, max_age_ms(30_000)) is not None
+    assert "saved 0 s ago" in caplog.text
+
+
+def test_the_rename_is_made_durable_by_syncing_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import stat
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append("directory" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    MemoryStore(str(tmp_path)).save("prod", MEMORY, NOW)
+    assert synced == ["file", "directory"]
+
+
 @pytest.mark.parametrize(
     "content",
     [

@@ -151,7 +151,7 @@ def classified(f: Finding) -> Classified:
 def test_abort_refuses_with_exit_3_when_the_owner_may_be_invisible() -> None:
     f = finding(TxnClass.UNKNOWN, UnknownReason.OWNER_MAY_BE_INVISIBLE)
     with pytest.raises(actions.CannotVerify) as info:
-        actions._judge(classified(f), target())
+        actions.judge_abort(classified(f), target())
     message = str(info.value)
     assert "owner may be a live transaction the principal cannot see" in message
     assert "--operation Describe --transactional-id '*'" in message
@@ -161,7 +161,7 @@ def test_abort_refuses_with_exit_3_when_the_owner_may_be_invisible() -> None:
 def test_abort_refuses_with_exit_3_an_unlisted_transaction_a_live_one_could_still_be() -> None:
     f = finding(TxnClass.UNKNOWN, UnknownReason.UNLISTED_WITHIN_TIMEOUT)
     with pytest.raises(actions.CannotVerify) as info:
-        actions._judge(classified(f), target())
+        actions.judge_abort(classified(f), target())
     message = str(info.value)
     assert "no coordinator lists its producer id, but it has been open only 2h" in message
     assert "a DENY rule or a custom authorizer" in message
@@ -197,21 +197,21 @@ def test_abort_refuses_with_exit_3_an_unlisted_transaction_a_prepared_2pc_one_co
     not see it looks hanging once old; the operator must say the owner was checked. The
     coordinator enforces 2PC, and the hidden id's coordinator is unknown: any broker counts."""
     with pytest.raises(actions.CannotVerify) as info:
-        actions._judge(_unlisted_hanging(leader, elsewhere), target())
+        actions.judge_abort(_unlisted_hanging(leader, elsewhere), target())
     message = str(info.value)
     assert "the cluster accepts two-phase-commit transactions" in message
     assert "--owner-checked; nothing was aborted" in message
-    assert actions._judge(_unlisted_hanging(leader, elsewhere), target(), owner_checked=True).hanging
+    assert actions.judge_abort(_unlisted_hanging(leader, elsewhere), target(), owner_checked=True).hanging
 
 
 def test_abort_accepts_an_unlisted_hanging_transaction_where_2pc_is_off() -> None:
-    assert actions._judge(_unlisted_hanging(False), target()).hanging
+    assert actions.judge_abort(_unlisted_hanging(False), target()).hanging
 
 
 def test_abort_accepts_only_hanging() -> None:
-    assert actions._judge(classified(finding(TxnClass.HANGING)), target()).hanging
+    assert actions.judge_abort(classified(finding(TxnClass.HANGING)), target()).hanging
     with pytest.raises(actions.Refused, match="not hanging"):
-        actions._judge(classified(finding(TxnClass.SUSPECTED_HANGING)), target())
+        actions.judge_abort(classified(finding(TxnClass.SUSPECTED_HANGING)), target())
 
 
 def test_one_record_feeds_json_and_the_table() -> None:

@@ -7,6 +7,7 @@ stand-in that never starts Spark (no cycle reaches it)."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import signal
@@ -28,6 +29,9 @@ from exporter.metrics.state import ClusterState
 
 
 class NoSpark(PipelineRunner):
+    def begin_start(self) -> None:
+        pass
+
     def start(self) -> None:
         pass
 
@@ -170,3 +174,172 @@ def test_ipv6_loopback_listen_address_binds() -> None:
         assert server.port > 0
     finally:
         server.stop()
+
+
+# --- a reload is total: whatever fails, the daemon keeps running as it was -------------------
+
+
+def _args(path: Path) -> argparse.Namespace:
+    return argparse.Namespace(
+        config_file=str(path), listen_address=None, log_level=None, web_config_file=None
+    )
+
+
+def _valid(daemon: Daemon, *clusters: str, web_file: Path | None = None) -> str:
+    web = f", config_file: '{web_file}'" if web_file else ""
+    items = ", ".join(
+        f"{{name: {c}, bootstrap_servers: 'h:1', request_timeout: 1s, interval: 1h}}" for c in clusters
+    )
+    return f"clusters: [{items}]\nweb: {{listen_address: '127.0.0.1:{daemon.port}'{web}}}\n"
+
+
+def _reload_fails(daemon: Daemon, path: Path, caplog: pytest.LogCaptureFixture) -> str:
+    """SIGHUP's reload with ``path``: nothing changes, one error line is logged; its text."""
+    before, jobs = daemon.config, daemon.jobs
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG):
+        _reload(_args(path), daemon)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1, [r.getMessage() for r in errors]
+    line = errors[0].getMessage()
+    assert "\n" not in line
+    assert line.startswith("reload failed, still running on the previous configuration: ")
+    assert daemon.config is before and daemon.jobs is jobs
+    assert get(daemon.port) == 200
+    return line
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"clusters: [{name: a, bootstrap_servers: 'h:1'\n", "not valid YAML: line 2, column 1"),
+        ("clusters: [{name: caf\xe9}]\n".encode("latin-1"), "not UTF-8 text"),
+        (
+            b"clusters: [{name: a, bootstrap_servers: 'h:1', interval: 1" + b"0" * 400 + b"}]\n",
+            "clusters[0].interval: is too large for a duration",
+        ),
+        (
+            b"clusters: [{name: a, bootstrap_servers: 'h:1', interval: .inf}]\nlog: {level: loud}\n",
+            "clusters[0].interval: must be a finite duration (got infinity or NaN); log.level: 'loud'",
+        ),
+        (
+            b"on: 1\nextra: 2\nclusters: [{name: a, bootstrap_servers: 'h:1', off: 3, colour: 4}]\n",
+            "True: unknown key",
+        ),
+        (b"\x00\x01binary\xff", "not UTF-8 text"),
+    ],
+    ids=[
+        "yaml-syntax",
+        "not-utf8",
+        "huge-integer-duration",
+        "invalid-values",
+        "yaml11-boolean-keys",
+        "binary",
+    ],
+)
+def test_a_config_file_that_cannot_be_used_keeps_the_running_config(
+    daemon: Daemon, tmp_path: Path, caplog: pytest.LogCaptureFixture, content: bytes, expected: str
+) -> None:
+    path = tmp_path / "config.yml"
+    path.write_bytes(content)
+    line = _reload_fails(daemon, path, caplog)
+    assert f"{path}: " in line and expected in line
+
+
+def test_a_config_file_that_cannot_be_read_keeps_the_running_config(
+    daemon: Daemon, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    line = _reload_fails(daemon, tmp_path / "gone.yml", caplog)
+    assert f"{tmp_path / 'gone.yml'}: cannot read: No such file or directory" in line
+    line = _reload_fails(daemon, tmp_path, caplog)  # a directory
+    assert f"{tmp_path}: cannot read: Is a directory" in line
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"basic_auth_users: {prometheus: 'pasted-secret-0001\n", "not valid YAML: line "),
+        ("basic_auth_users: {jos\xe9: x}\n".encode("latin-1"), "not UTF-8 text"),
+        (b"on: 1\nextra: 2\n", "True: unknown key"),
+        (
+            b"basic_auth_users: {prometheus: pasted-secret-0001}\n",
+            "basic_auth_users.prometheus: not a bcrypt hash",
+        ),
+        (
+            b"tls_server_config: {cert_file: /nonexistent.crt, key_file: /nonexistent.key}\n",
+            "tls_server_config.cert_file: /nonexistent.crt is not a readable file",
+        ),
+    ],
+    ids=["yaml-syntax", "not-utf8", "yaml11-boolean-keys", "not-a-hash", "missing-certificate"],
+)
+def test_a_web_config_file_that_cannot_be_used_keeps_the_running_config(
+    daemon: Daemon, tmp_path: Path, caplog: pytest.LogCaptureFixture, content: bytes, expected: str
+) -> None:
+    web = tmp_path / "web.yml"
+    web.write_bytes(content)
+    path = tmp_path / "config.yml"
+    path.write_text(_valid(daemon, "a", "b", web_file=web))
+    line = _reload_fails(daemon, path, caplog)
+    assert str(web) in line and expected in line
+    assert "pasted-secret" not in caplog.text
+
+
+def test_an_address_that_cannot_be_bound_keeps_the_running_config(
+    daemon: Daemon, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    try:
+        path = tmp_path / "config.yml"
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        clusters = "clusters: [{name: b, bootstrap_servers: 'h:1'}]"
+        path.write_text(f"{clusters}\nweb: {{listen_address: '{address}'}}\n")
+        line = _reload_fails(daemon, path, caplog)
+    finally:
+        taken.close()
+    assert "(web.listen_address): Address already in use" in line
+
+
+def test_an_unexpected_failure_keeps_the_running_config_and_the_trace_is_debug_only(
+    daemon: Daemon, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(self: Daemon, config: Config) -> None:
+        raise RuntimeError("something nobody expected")
+
+    monkeypatch.setattr(Daemon, "_replace_jobs", broken)
+    path = tmp_path / "config.yml"
+    path.write_text(_valid(daemon, "b"))
+    line = _reload_fails(daemon, path, caplog)
+    assert f"{path}: unexpected RuntimeError: something nobody expected" in line
+    traced = [r for r in caplog.records if r.exc_info]
+    assert traced and all(r.levelno == logging.DEBUG for r in traced)
+
+
+def test_the_web_config_is_reloaded_with_the_rest(daemon: Daemon, tmp_path: Path) -> None:
+    """Users are read again on reload, also when the file name did not change."""
+    import base64
+
+    import bcrypt
+
+    def status(password: str) -> int:
+        token = base64.b64encode(f"prometheus:{password}".encode()).decode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{daemon.port}/metrics", headers={"Authorization": f"Basic {token}"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as e:
+            return int(e.code)
+
+    web = tmp_path / "web.yml"
+    path = tmp_path / "config.yml"
+    path.write_text(_valid(daemon, "a", web_file=web))
+    for password in ("first-password", "second-password"):
+        hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
+        web.write_text(f"basic_auth_users: {{prometheus: '{hashed}'}}\n")
+        _reload(_args(path), daemon)
+        assert status(password) == 200
+    assert status("first-password") == 401
+    assert daemon.web_settings.source == str(web)

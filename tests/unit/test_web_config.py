@@ -12,7 +12,7 @@ import yaml
 
 from exporter import cli
 from exporter.config import parse_config
-from exporter.daemon.web import BasicAuth, WebConfigError, load_web_config
+from exporter.daemon.web import BasicAuth, WebConfigError, dummy_cost, load_web_config
 
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
 
@@ -80,12 +80,89 @@ def test_client_auth_without_verification_is_refused_with_the_reason(tmp_path: P
 
 
 def test_unreadable_or_invalid_yaml_is_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(WebConfigError, match=r"web\.config_file: cannot read"):
+    with pytest.raises(WebConfigError, match=r"web\.config_file: .*nope\.yml: cannot read"):
         load_web_config(tmp_path / "nope.yml")
     bad = tmp_path / "bad.yml"
     bad.write_text("basic_auth_users: [unclosed\n")
     with pytest.raises(WebConfigError, match="not valid YAML"):
         load_web_config(bad)
+
+
+def test_a_yaml_error_names_line_and_column_never_the_text(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yml"
+    bad.write_text("basic_auth_users:\n  prometheus: 'pasted-password-0001\n  other: [\n")
+    with pytest.raises(WebConfigError) as raised:
+        load_web_config(bad)
+    text = str(raised.value)
+    assert "not valid YAML: line " in text and ", column " in text
+    assert "pasted-password" not in text
+
+
+def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    bad = tmp_path / "latin1.yml"
+    bad.write_bytes("basic_auth_users: {jos\xe9: x}\n".encode("latin-1"))
+    with pytest.raises(WebConfigError, match="not UTF-8 text"):
+        load_web_config(bad)
+
+
+def test_yaml_11_boolean_keys_beside_strings_are_named_not_compared(tmp_path: Path) -> None:
+    """``on:`` and ``yes:`` are booleans in YAML 1.1: keys of mixed types, which sort() cannot
+    order."""
+    path = tmp_path / "web.yml"
+    path.write_text(
+        "on: 1\nextra: 2\nbasic_auth_users: {}\n"
+        "tls_server_config: {yes: 1, colour: 2, cert_file: a}\n"
+        "http_server_config: {off: 2, colour: 3, headers: {}}\n"
+    )
+    with pytest.raises(WebConfigError) as raised:
+        load_web_config(path)
+    text = str(raised.value)
+    assert "True: unknown key" in text and "extra: unknown key" in text
+    assert "tls_server_config.True: unknown key" in text
+    assert "http_server_config.False: unknown key" in text
+
+
+def test_duplicate_keys_are_refused_as_in_the_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "web.yml"
+    path.write_text(f"basic_auth_users:\n  prometheus: '{HASH}'\n  prometheus: '{HASH}'\n")
+    with pytest.raises(WebConfigError, match="line 3: duplicate key 'prometheus'"):
+        load_web_config(path)
+
+
+@pytest.mark.parametrize(
+    "hashed",
+    [
+        "$2b$",  # the prefix alone
+        "$2b$12$tooshort",
+        HASH[:-1],  # one character cut
+        HASH + "x",
+        HASH.replace("$2b$04$", "$2b$4$"),  # a one-digit cost
+        HASH[:7] + "!" + HASH[8:],  # a character outside bcrypt's alphabet
+        "$2x$04$" + HASH[7:],  # an unknown variant
+        12,
+    ],
+)
+def test_a_bcrypt_hash_that_can_never_match_is_refused(tmp_path: Path, hashed: object) -> None:
+    text = problems(tmp_path, {"basic_auth_users": {"prometheus": hashed}})
+    assert "basic_auth_users.prometheus: not a bcrypt hash" in text
+
+
+def test_a_bcrypt_cost_outside_htpasswds_range_is_refused(tmp_path: Path) -> None:
+    expensive = "$2b$31$" + HASH[7:]
+    text = problems(tmp_path, {"basic_auth_users": {"prometheus": expensive}})
+    assert "basic_auth_users.prometheus: bcrypt cost 31 is outside 4-17" in text
+
+
+def test_unknown_users_pay_the_bcrypt_cost_of_the_real_entries() -> None:
+    """An unknown user is checked against a dummy hash as expensive as the dearest real
+    entry, so the answer time does not tell which user names exist (issue 39, item 7)."""
+    cost_6 = bcrypt.hashpw(b"x", bcrypt.gensalt(rounds=6))
+    cost_5 = bcrypt.hashpw(b"y", bcrypt.gensalt(rounds=5))
+    assert dummy_cost({"a": cost_6, "b": cost_5}) == 6
+    auth = BasicAuth({"a": cost_6, "b": cost_5})
+    assert auth._dummy.startswith(b"$2b$06$")
+    assert not auth.check(basic("nobody", "x"))
+    assert auth.check(basic("a", "x"))
 
 
 def test_mismatched_certificate_and_key_fail_at_load(tmp_path: Path) -> None:
