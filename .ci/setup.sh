@@ -21,6 +21,11 @@ command -v openssl >/dev/null || need_apt+=(openssl)
 command -v go >/dev/null || [ -x "$CACHE/bin/helm" ] || need_apt+=(golang-go)
 # Headless Chromium: the history test opens the HTML report and checks its plots render.
 command -v chromium >/dev/null || need_apt+=(chromium)
+# The images (tests/image): debootstrap makes the Debian base, buildah builds the Dockerfile on
+# it, podman runs the images with runc (as root: no user namespaces, fuse or slirp needed).
+for tool in buildah podman debootstrap runc; do
+  command -v "$tool" >/dev/null || need_apt+=("$tool")
+done
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -20,7 +20,8 @@ In order, each as a subprocess with a time limit, its output streamed as it come
 8. the same on 3 brokers / 10k partitions: the daemon's cycle against Kafka's find-hanging;
 9. ``bench/fleet_bench.py``: a round of 1, 3 and 5 real single-broker clusters (3000 down to
    1000 partitions) in one daemon, against one cluster's cycle and against Kafka's
-   find-hanging run once per cluster.
+   find-hanging run once per cluster;
+10. ``bench/image_sizes.py``: the sizes of the images built (tests/image builds them).
 
 Then one table: each figure beside its target and its anchor (the figure before this work,
 from the issue). Scripts report figures as ``FIGURE<TAB>name<TAB>value`` lines.
@@ -189,6 +190,8 @@ STEPS = (
         ("--partitions", "1000,800,600", "--rounds", "1,3", "--duration", "40", "--min-cycles", "4"),
         3000.0,
     ),
+    # The sizes of the images tests/image (or python -m testbed.image build) built; builds none.
+    Step("images", "image_sizes.py", (), (), 120.0),
 )
 
 #: (figure, name prefixes to look for in order, target as (comparison, value) or None,
@@ -316,6 +319,8 @@ TARGETS: tuple[tuple[str, tuple[str, ...], tuple[str, float] | None, str], ...] 
         None,
         "4.2",
     ),
+    ("image size, full: JRE, Spark (MB)", ("image_size_mb@runtime",), None, "1600 (issue)"),
+    ("image size, thin: Connect client (MB)", ("image_size_mb@thin",), ("<=", 300), "-"),
 )
 
 

@@ -242,6 +242,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     config = _load(args)
     setup_logging(config.log.level, config.log.format)
     stop = SignalStop()
+    # Before the first thread starts (the history writer's starts with the Daemon): its
+    # imports can then never race another thread's (exporter/daemon/preload.py).
+    from exporter.daemon.preload import import_before_threads
+
+    import_before_threads(config)
     daemon = Daemon(config)
     try:
         try:

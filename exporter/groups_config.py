@@ -107,9 +107,10 @@ class GroupsConfig:
     max_group_series: int = 10_000
     max_partition_series: int = 10_000
     max_blocked: int = 500
-    #: "Lag stuck at 1": when 0 < LSO - committed <= this, read the batches (READ_COMMITTED
-    #: Fetch) to decide whether anything consumable lies before the LSO (0: never read).
-    consumable_check_max_offsets: int = 10
+    #: Bytes of record batches read per cycle (READ_COMMITTED Fetches from the committed
+    #: offsets, smallest gaps first) to count what a read_committed consumer gets before the
+    #: LSO; a gap not read to its end has an upper-bound consumable lag (0: never read).
+    consumable_check_max_bytes: int = 8 << 20
 
     def group_matcher(self) -> _GroupMatcher:
         return _GroupMatcher(
@@ -133,19 +134,23 @@ _GROUP_KEYS = {
     "max_group_series": int,
     "max_partition_series": int,
     "max_blocked": int,
-    "consumable_check_max_offsets": int,
+    "consumable_check_max_bytes": int,
 }
 #: Each integer key's range: what the pipeline's Spark SQL takes (a cycle count compared with
-#: an INT column, LIMITs below 2^31) and what makes sense (series bounds).
+#: an INT column, LIMITs below 2^31) and what makes sense (series bounds, a byte budget read
+#: every cycle).
 GROUP_LIMITS: Mapping[str, tuple[int, int]] = {
     "blocked_after_cycles": (1, 100_000),
     "max_group_series": (0, 1_000_000),
     "max_partition_series": (0, 1_000_000),
     "max_blocked": (0, 100_000),
-    "consumable_check_max_offsets": (0, 1_000_000),
+    "consumable_check_max_bytes": (0, 1 << 30),
 }
 #: Keys that were replaced, with what replaced them.
-_REPLACED: dict[str, str] = {}
+_REPLACED = {
+    "consumable_check_max_offsets": "replaced by consumable_check_max_bytes (bytes of batches "
+    "read per cycle, not a number of offsets)",
+}
 _PATTERN_KEYS = ("allow", "deny")
 
 

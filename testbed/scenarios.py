@@ -29,7 +29,7 @@ from types import TracebackType
 from typing import Self
 
 import kafka.errors as kafka_errors
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
@@ -183,6 +183,32 @@ def produce_plain(bootstrap_servers: str, topic: str, *, partition: int = 0,
     remaining = producer.flush(timeout_s)
     if remaining:
         raise TimeoutError(f"{remaining} plain records not delivered")
+
+
+def commit_last_plus_one_confluent(
+    bootstrap_servers: str, group: str, topic: str, partition: int, expect: int, *, timeout_s: float = 60.0
+) -> int:
+    """A read_committed confluent-kafka consumer of one partition reads ``expect`` records
+    (a new group: from the start) and commits the last one's offset + 1, explicitly (not its
+    position): the offset it committed."""
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap_servers, "group.id": group, "isolation.level": "read_committed",
+        "enable.auto.commit": False, "auto.offset.reset": "earliest", "logger": log,
+    })  # fmt: skip
+    try:
+        consumer.assign([TopicPartition(topic, partition, 0)])
+        got, last = 0, -1
+        deadline = time.monotonic() + timeout_s
+        while got < expect and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                got, last = got + 1, message.offset()
+        if got != expect:
+            raise TimeoutError(f"{group} read {got} records of {topic}-{partition}, expected {expect}")
+        consumer.commit(offsets=[TopicPartition(topic, partition, last + 1)], asynchronous=False)
+        return last + 1
+    finally:
+        consumer.close()
 
 
 # -- partition verification ---------------------------------------------------------------

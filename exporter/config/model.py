@@ -229,6 +229,8 @@ class SparkConfig:
     pipeline_timeout_ms: int | None = None
     start_timeout_ms: int = 180_000
     unhealthy_after_intervals: int = 3
+    #: /healthz answers 503 once this many starts of Spark failed in a row.
+    unhealthy_after_failed_starts: int = 3
 
     @property
     def redacted_connect_url(self) -> str | None:
@@ -644,6 +646,7 @@ SPARK = Section(
         Key("pipeline_timeout", "pipeline_timeout_ms", Duration(minimum_ms=1000)),
         Key("start_timeout", "start_timeout_ms", Duration(minimum_ms=10_000)),
         Key("unhealthy_after_intervals", "unhealthy_after_intervals", Integer(1, 1000)),
+        Key("unhealthy_after_failed_starts", "unhealthy_after_failed_starts", Integer(1, 1000)),
     ),
     check=_check_spark,
 )

@@ -223,6 +223,10 @@ class ClusterJob:
             self._fail_now(replace(state, up=False, stage_seconds=()), started, str(e))
             return None
         except Exception:  # a bug must not stop the schedule: log it, mark the cycle failed
+            if self._stopping.is_set():  # stop() closed the clients under it: no bug
+                log.info("cycle for cluster %s cut short: the exporter is stopping", name)
+                self._end()
+                return None
             log.exception("cycle for cluster %s failed unexpectedly", name)
             self._last_outcome = "failed"
             self._fail_now(replace(state, up=False), started, "unexpected error")

@@ -19,13 +19,19 @@ Supervision, what :class:`PipelineRunner` guarantees:
   a hung JVM.
 * **Health**: :meth:`PipelineRunner.health` is unhealthy when pipeline runs were attempted and
   none succeeded for ``spark.unhealthy_after_intervals`` intervals (plus the start timeout
-  before the first success): ``/healthz`` answers 503 and Kubernetes restarts the pod.
+  before the first success), or when ``spark.unhealthy_after_failed_starts`` starts failed in
+  a row (an engine that cannot start, e.g. its local directory not writable): ``/healthz``
+  answers 503 and Kubernetes restarts the pod. Every failed start is logged as one line
+  saying why.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import re
+import tempfile
 import threading
 import time
 import uuid
@@ -44,6 +50,8 @@ log = logging.getLogger(__name__)
 PING_TIMEOUT_S = 5.0
 #: How long :meth:`PipelineRunner.stop` waits for Spark to stop cleanly before killing it.
 STOP_GRACE_S = 5.0
+#: How long :meth:`PipelineRunner.stop` waits to kill a JVM that is still being launched.
+START_KILL_WAIT_S = 1.0
 #: The default per-call deadline: this many intervals, at least MIN_DEFAULT_TIMEOUT_S. The
 #: deadline detects a hung session; it must not cut runs that are merely slower than the
 #: interval (a loaded node): those would then never complete (the cycle deadline is separate).
@@ -63,6 +71,54 @@ class PipelineUnavailableError(RuntimeError):
 
 class PipelineTimeoutError(RuntimeError):
     """A pipeline call ran past its deadline (its jobs are interrupted or its JVM killed)."""
+
+
+#: A Java exception's line in a py4j error (``: java.io.IOException: ...``, ``Caused by: ...``).
+_JAVA_EXCEPTION = re.compile(
+    r"^(?:Caused by:\s*|:\s*)?((?:[a-z_$][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error)\b.*)$"
+)
+#: The longest reason a failed start logs and /healthz shows.
+MAX_REASON_CHARS = 400
+
+
+def one_line(error: BaseException) -> str:
+    """``error`` as one line for the log and /healthz: for an error from the JVM (a py4j
+    error's text is the Java stack trace) the Java exception's line and its root cause,
+    otherwise the type and the message's first line."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    java = [m.group(1) for line in lines if (m := _JAVA_EXCEPTION.match(line))]
+    if java:
+        text = java[0] if len(java) == 1 else f"{java[0]} (caused by {java[-1]})"
+    else:
+        text = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+    return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 3] + "..."
+
+
+def local_dir_problem(spark_config: SparkConfig) -> str | None:
+    """Why the embedded driver could not use its local directory, or None.
+
+    Spark creates its scratch directories under ``SPARK_LOCAL_DIRS`` (which wins) or
+    ``spark.local.dir`` at start and fails the start when it can use none of them (a volume
+    mounted owned by another user, a read-only file system). Checked before the JVM starts,
+    so that the log says which directory and why, in one line."""
+    from exporter.pipeline.session import session_conf
+
+    env = os.environ.get("SPARK_LOCAL_DIRS", "")
+    configured = session_conf(spark_config).get("spark.local.dir", "")
+    source, value = ("SPARK_LOCAL_DIRS", env) if env else ("spark.local_dir", configured)
+    problems = []
+    for path in (p.strip() for p in value.split(",") if p.strip()):
+        try:
+            os.makedirs(path, exist_ok=True)
+            fd, name = tempfile.mkstemp(dir=path, prefix=".kte-check-")
+            os.close(fd)
+            os.unlink(name)
+            return None  # Spark needs one it can use
+        except OSError as e:
+            problems.append(f"{path}: {e.strerror or e}")
+    if not problems:
+        return None
+    return f"no usable Spark local directory ({source}) for uid {os.getuid()}: " + "; ".join(problems)
 
 
 def _bounded(fn: Callable[[], Any], timeout_s: float, name: str) -> tuple[bool, Any]:
@@ -115,6 +171,7 @@ class PipelineRunner:
         self._start_began = 0.0
         self._retry_at = 0.0
         self._failed_starts = 0
+        self._starts_failed_in_row = 0  # health: reset by a start that succeeds
         self._last_error = ""
         self._stopped = threading.Event()
         self._interval_s = interval_s
@@ -196,6 +253,10 @@ class PipelineRunner:
         started = self._clock()
         spark: Any = None
         pid: int | None = None
+        problem = local_dir_problem(self._spark_config) if is_embedded(self._spark_config) else None
+        if problem is not None:
+            self._start_failed(generation, f"starting Spark failed: {problem}")
+            return
         try:
             spark = spark_session(self._spark_config)
             if self._spark_config.connect_url is None:
@@ -205,13 +266,14 @@ class PipelineRunner:
                 from exporter.pipeline.session import kill_local
 
                 kill_local(None)  # a JVM that started but failed to become a session
-            self._start_failed(generation, f"starting Spark failed: {e}")
+            self._start_failed(generation, f"starting Spark failed: {one_line(e)}")
             return
         with self._lock:
             current = generation == self._generation and not self._stopped.is_set()
             if current:
                 self._spark, self._pid = spark, pid
                 self._start_thread = None
+                self._starts_failed_in_row = 0
                 self._start_done.set()
         if not current:  # stopped (or superseded) while the JVM started
             self._teardown(spark, pid, graceful=True)
@@ -249,6 +311,7 @@ class PipelineRunner:
             if generation != self._generation:
                 return
             self._failed_starts += 1
+            self._starts_failed_in_row += 1
             backoff = min(BACKOFF_MAX_S, 2.0 ** (self._failed_starts - 1))
             self._retry_at = self._clock() + backoff
             self._last_error = why
@@ -305,6 +368,7 @@ class PipelineRunner:
             self._start_thread = None
             self._start_done.set()
             self._failed_starts += 1
+            self._starts_failed_in_row += 1
             backoff = min(BACKOFF_MAX_S, 2.0 ** (self._failed_starts - 1))
             self._retry_at = self._clock() + backoff
             self._last_error = f"Spark did not start within {self.start_timeout_s:.0f} s"
@@ -501,11 +565,15 @@ class PipelineRunner:
     def health(self) -> tuple[bool, str]:
         """(False, why) when pipeline runs were attempted and none succeeded for
         ``spark.unhealthy_after_intervals`` intervals (plus the start timeout before the first
-        success): a restart of the process would help."""
+        success), or when the last ``spark.unhealthy_after_failed_starts`` starts of Spark
+        failed: a restart of the process would help."""
         with self._lock:
             failing_since, last_ok, why = self._failing_since, self._last_ok, self._last_error
+            failed_starts = self._starts_failed_in_row
         if failing_since is None or self._stopped.is_set():
             return True, "ok"
+        if failed_starts >= self._spark_config.unhealthy_after_failed_starts:
+            return False, f"Spark did not start: {failed_starts} attempt(s) in a row failed; last: {why}"
         intervals = self._spark_config.unhealthy_after_intervals
         window = intervals * (self._interval_s or 60.0)
         if last_ok is None:
@@ -532,10 +600,14 @@ class PipelineRunner:
         if spark is not None and self._owns_session:
             self._teardown(spark, pid, graceful=True)
         elif starting and self._owns_session and self._spark_config.connect_url is None:
-            # A JVM still starting: kill it so that the process can exit now.
+            # A JVM still starting: kill it so that the process can exit now. Bounded: while
+            # PySpark launches the JVM it holds the lock kill_local needs (for as long as the
+            # launch takes, tens of seconds on a loaded node). A JVM left starting is torn
+            # down by the start thread once launched (it sees the stop), or ends with this
+            # process (PySpark's gateway exits when its stdin, our pipe, closes).
             from exporter.pipeline.session import kill_local
 
-            kill_local(None)
+            _bounded(lambda: kill_local(None), START_KILL_WAIT_S, "spark-kill")
 
 
 def _round_of(compute: ComputeFn) -> RoundFn:

@@ -13,9 +13,11 @@ kafka-python's private attributes:
   failure a node's connection recorded), and ``_backoff`` with ``reset_backoff`` (the
   reconnect backoff of each node);
 * ``KafkaNetClient._net`` (the selector): ``sleep`` and ``stop`` (the I/O thread);
-* ``ResponseClassRegistry._response_class_registry`` (the response class per API key, which
-  the connection's reader asks for a version's ``parse_header`` and ``decode``): see
-  :func:`decode_with`.
+* the request protocol the connection speaks (``API_VERSION``, ``with_header``, ``header``,
+  ``encode``, ``expect_response``) and ``RequestHeader.get_response_class`` (how the
+  connection's reader finds the decoder of a request's response): :class:`DecodedBy` wraps
+  one request so that its own response is decoded by a function of ours, as kafka-python's
+  raw SASL request does; nothing of kafka-python is replaced for the process.
 
 :data:`INTERNALS` lists them; ``tests/unit/test_kafka_protocol.py`` checks that the
 installed kafka-python still has every one, so an upgrade that moves them fails a unit test
@@ -43,7 +45,8 @@ INTERNALS = (
     ("kafka.net.manager.KafkaConnectionManager", "reset_backoff"),
     ("kafka.net.selector.NetworkSelector", "sleep"),
     ("kafka.net.selector.NetworkSelector", "stop"),
-    ("kafka.protocol.api_header.ResponseClassRegistry", "_response_class_registry"),
+    ("kafka.protocol.api_header.RequestHeader", "get_response_class"),
+    ("kafka.protocol.api_message.ApiMessage", "with_header"),
 )
 #: How much longer than a request's own timeout its answer is awaited (the request times out
 #: on the connection first; this only guards against a lost callback).
@@ -163,22 +166,66 @@ class ProtocolClient:
             raise KafkaUnavailable("the admin client is closed")
 
 
-class _Decoding:
-    """Stands in for a response class in kafka-python's registry: a version in ``versions``
-    is decoded by ``decode`` (its header as kafka-python reads it); any other version, and
-    every other attribute, is the class's own."""
+class DecodedBy:
+    """One kafka-python request whose response, in ``versions``, is handed to ``decode`` (the
+    body's bytes, after the response header) instead of kafka-python's decoder: the request
+    stands in for the wrapped one on the connection (which negotiates its version, adds the
+    header and encodes it), and only its own header tells the connection's reader which
+    decoder to use. ``exporter.kafka.wire`` reads OffsetFetch straight into columns this way;
+    every other OffsetFetch of the process, kafka-python's own ``list_group_offsets``
+    included, is decoded as kafka-python decodes it. ``decode`` raises ValueError on bytes it
+    cannot read, which kafka-python reports as a protocol error of that request."""
 
-    def __init__(self, response_class: Any, versions: range, decode: Callable[[bytes], Any]) -> None:
-        self.original = response_class
-        self.versions = versions
-        self.decode_body = decode
+    def __init__(self, request: Any, versions: range, decode: Callable[[bytes], Any]) -> None:
+        self._request = request
+        self._versions = versions
+        self._decode = decode
 
-    def __getitem__(self, version: int) -> Any:
-        versioned = self.original[version]
-        return _DecodingVersion(versioned, self.decode_body) if version in self.versions else versioned
+    @property
+    def API_VERSION(self) -> Any:  # noqa: N802 - kafka-python's name
+        return self._request.API_VERSION
+
+    @API_VERSION.setter
+    def API_VERSION(self, version: int) -> None:  # noqa: N802
+        self._request.API_VERSION = version
+
+    @property
+    def header(self) -> Any:
+        header = self._request.header
+        return None if header is None else _DecodingHeader(header, self._versions, self._decode)
+
+    def with_header(self, *args: Any, **kwargs: Any) -> None:
+        self._request.with_header(*args, **kwargs)
+
+    def encode(self, *args: Any, **kwargs: Any) -> Any:
+        return self._request.encode(*args, **kwargs)
+
+    def expect_response(self) -> bool:
+        return bool(self._request.expect_response())
+
+    def __getattr__(self, name: str) -> Any:  # API_KEY, name, min/max versions, fields
+        return getattr(self._request, name)
+
+    def __repr__(self) -> str:
+        return repr(self._request)
+
+
+class _DecodingHeader:
+    """A request header whose response class decodes with our function (in ``versions``)."""
+
+    def __init__(self, header: Any, versions: range, decode: Callable[[bytes], Any]) -> None:
+        self._header = header
+        self._versions = versions
+        self._decode = decode
+
+    def get_response_class(self) -> Any:
+        versioned = self._header.get_response_class()
+        if versioned is None or self._header.request_api_version not in self._versions:
+            return versioned
+        return _DecodingVersion(versioned, self._decode)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.original, name)
+        return getattr(self._header, name)
 
 
 class _DecodingVersion:
@@ -196,28 +243,6 @@ class _DecodingVersion:
         return getattr(self.versioned, name)
 
 
-def decode_with(response_class: Any, versions: range, decode: Callable[[bytes], Any]) -> None:
-    """Have kafka-python hand the responses of ``response_class`` in ``versions`` to
-    ``decode`` (the body's bytes, after the response header) instead of decoding them into
-    its own objects: ``exporter.kafka.wire`` reads OffsetFetch straight into columns.
-
-    For the whole process (kafka-python keeps one response class per API key); only this
-    package sends kafka-python requests. Idempotent. ``decode`` raises ValueError on bytes
-    it cannot read, which kafka-python reports as a protocol error of that request."""
-    from kafka.protocol.api_header import ResponseClassRegistry
-
-    registry = ResponseClassRegistry._response_class_registry
-    # kafka-python makes a class per version on first use, and making one registers it under
-    # the API key again (its metaclass drops ``init=False``): make them all first.
-    for version in range(response_class.max_version + 1):
-        response_class[version]
-    current = registry.get(response_class.API_KEY)
-    if isinstance(current, _Decoding) and current.versions == versions and current.decode_body is decode:
-        return
-    original = current.original if isinstance(current, _Decoding) else response_class
-    registry[response_class.API_KEY] = _Decoding(original, versions, decode)
-
-
 def stop_network(network_client: Any) -> None:
     """Close a network client that no admin client owns, and stop its I/O thread."""
     network_client.close()
@@ -227,7 +252,8 @@ def stop_network(network_client: Any) -> None:
 def missing_internals() -> list[str]:
     """The entries of :data:`INTERNALS` the installed kafka-python lacks (empty: all there).
 
-    Instance attributes are looked up on an instance made without connecting anywhere."""
+    Instance attributes are looked up on an instance made without connecting anywhere, class
+    attributes on the class."""
     import importlib
 
     from kafka.net.compat import KafkaNetClient
@@ -238,15 +264,18 @@ def missing_internals() -> list[str]:
             "kafka.net.compat.KafkaNetClient": probe,
             "kafka.net.manager.KafkaConnectionManager": getattr(probe, "_manager", None),
             "kafka.net.selector.NetworkSelector": getattr(probe, "_net", None),
-            "kafka.protocol.api_header.ResponseClassRegistry": importlib.import_module(
+            "kafka.protocol.api_header.RequestHeader": importlib.import_module(
                 "kafka.protocol.api_header"
-            ).ResponseClassRegistry(),
+            ).RequestHeader,
+            "kafka.protocol.api_message.ApiMessage": importlib.import_module(
+                "kafka.protocol.api_message"
+            ).ApiMessage,
         }
         missing = []
         for path, attribute in INTERNALS:
             module, _, name = path.rpartition(".")
             cls = getattr(importlib.import_module(module), name, None)
-            if cls is None or not isinstance(objects[path], cls):
+            if cls is None or not (objects[path] is cls or isinstance(objects[path], cls)):
                 missing.append(path)
             elif not hasattr(objects[path], attribute):
                 missing.append(f"{path}.{attribute}")

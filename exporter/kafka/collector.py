@@ -46,13 +46,9 @@ from typing import TypeVar
 
 from exporter.groups_config import GroupsConfig
 from exporter.kafka.admin import ClusterAdmin, ClusterMetadata
+from exporter.kafka.consumable import Gap, collect_consumable_checks, consumable_gaps
 from exporter.kafka.errors import DEADLINE_EXCEEDED, KafkaRequestError, KafkaUnavailable, is_retriable
-from exporter.kafka.groups import (
-    collect_consumable_checks,
-    collect_group_offsets,
-    consumable_gaps,
-    offsets_of,
-)
+from exporter.kafka.groups import collect_group_offsets, offsets_of
 from exporter.kafka.metadata import TRANSACTION_STATE_TOPIC
 from exporter.kafka.results import Collected, Gather, guarded
 from exporter.model import (
@@ -307,10 +303,8 @@ class SnapshotCollector:
         checks: Collected[ConsumableCheck] = Collected(())
         if groups_pending is not None and self._groups is not None:
             group_offsets = groups_pending()
-            gaps = consumable_gaps(
-                offsets_of(group_offsets), offsets_done.rows, self._groups.consumable_check_max_offsets
-            )
-            if gaps:
+            gaps = consumable_gaps(offsets_of(group_offsets), offsets_done.rows)
+            if gaps and self._groups.consumable_check_max_bytes > 0:
                 checks = stages.start(
                     "consumable_checks",
                     "Fetch",
@@ -381,12 +375,18 @@ class SnapshotCollector:
 
     def _consumable_checks(
         self,
-        gaps: list[tuple[str, int, int, int]],
+        gaps: list[Gap],
         leaders: Mapping[tuple[str, int], int],
         by: float | None,
     ) -> Collected[ConsumableCheck]:
+        assert self._groups is not None
         return collect_consumable_checks(
-            self.admin._kafka_client(by), gaps, leaders, request_timeout_ms=self._timeout_ms(by)
+            self.admin._kafka_client(by),
+            gaps,
+            leaders,
+            max_bytes=self._groups.consumable_check_max_bytes,
+            request_timeout_ms=self._timeout_ms(by),
+            deadline=by,
         )
 
     def _timeout_ms(self, by: float | None) -> int:

@@ -1,5 +1,5 @@
-"""Consumer groups: committed offsets on monitored topics, pending transactional commits, and
-what lies between a committed offset and the LSO ("lag stuck at 1").
+"""Consumer groups: committed offsets on monitored topics and pending transactional commits
+(what lies between a committed offset and the LSO is read by ``exporter.kafka.consumable``).
 
 Requests, over kafka-python's protocol layer (the client ``ClusterAdmin`` builds):
 
@@ -14,10 +14,6 @@ Requests, over kafka-python's protocol layer (the client ``ClusterAdmin`` builds
 So a cycle costs brokers + coordinators (+ coordinators with pending commits) requests,
 whatever the number of groups and partitions. Every failure becomes a
 :class:`~exporter.model.CollectionError` next to what was read; nothing raises for the batch.
-
-:func:`collect_consumable_checks` reads the batches between a committed offset and the LSO
-with one ``READ_COMMITTED`` Fetch per partition leader: control batches (transaction markers)
-and records of aborted transactions are not consumable.
 """
 
 from __future__ import annotations
@@ -28,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from exporter.kafka._protocol import ProtocolClient, decode_with
+from exporter.kafka._protocol import DecodedBy, ProtocolClient
 from exporter.kafka.admin import Collected
 from exporter.kafka.errors import KafkaUnavailable, error_name, error_name_for_code
 from exporter.kafka.wire import (
@@ -38,7 +34,7 @@ from exporter.kafka.wire import (
     columns_of,
     decode_offset_fetch,
 )
-from exporter.model import CollectionError, ConsumableCheck, GroupOffset, GroupOffsets, PartitionOffsets
+from exporter.model import CollectionError, GroupOffsets
 
 log = logging.getLogger(__name__)
 K = TypeVar("K")
@@ -50,8 +46,6 @@ _SKIPPED_PROTOCOL_TYPES = frozenset({"connect"})
 #: OffsetFetch v8 (Kafka 3.0) batches groups; v10 names topics by id only. Their responses
 #: are read into columns by exporter.kafka.wire.
 _OFFSET_FETCH_VERSIONS = {"min_version": OFFSET_FETCH_VERSIONS[0], "max_version": OFFSET_FETCH_VERSIONS[-1]}
-#: Fetch v4 brings isolation levels and aborted transactions; v13 names topics by id only.
-_FETCH_VERSIONS = {"min_version": 4, "max_version": 12}
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +84,6 @@ def collect_group_offsets(
     """Committed offsets, on topics passing ``topic_filter``, of the groups passing
     ``group_filter``, as one block of columns (``rows``: that block, or none when nothing
     was read; :func:`offsets_of`). ``client`` is kafka-python's ``KafkaAdminClient``."""
-    _read_offset_fetch_as_columns()
     requests = _Requests(client, request_timeout_ms)
     try:
         result: Collected[GroupOffsets] = requests.run(
@@ -106,12 +99,6 @@ def collect_group_offsets(
     except Exception as e:  # a broken client: the whole stage is lost, the cycle goes on
         return Collected((), (CollectionError("OffsetFetch", error_name(e), message=str(e)[:200]),))
     return result
-
-
-def _read_offset_fetch_as_columns() -> None:
-    from kafka.protocol.consumer.group import OffsetFetchResponse
-
-    decode_with(OffsetFetchResponse, OFFSET_FETCH_VERSIONS, decode_offset_fetch)
 
 
 def offsets_of(collected: Collected[GroupOffsets]) -> GroupOffsets:
@@ -348,7 +335,8 @@ def _offset_fetch_request(groups: Mapping[str, Mapping[str, list[int]] | None], 
 
     group_type = OffsetFetchRequest.OffsetFetchRequestGroup
     topic_type = group_type.OffsetFetchRequestTopics
-    return OffsetFetchRequest(
+    # Its response read into columns by exporter.kafka.wire: this request's only.
+    request = OffsetFetchRequest(
         groups=[
             group_type(
                 group_id=group,
@@ -361,6 +349,7 @@ def _offset_fetch_request(groups: Mapping[str, Mapping[str, list[int]] | None], 
         require_stable=stable,
         **_OFFSET_FETCH_VERSIONS,
     )
+    return DecodedBy(request, OFFSET_FETCH_VERSIONS, decode_offset_fetch)
 
 
 def _offset_topics(
@@ -401,169 +390,3 @@ def _offset_rows(
         columns = zip(read.partitions, read.committed_offsets, read.error_codes, strict=True)
         for partition, offset, code in columns:
             yield group, topic, partition, offset, error_name_for_code(code) if code else None
-
-
-# --- "lag stuck at 1": what lies between a committed offset and the LSO -------------------
-
-
-def consumable_gaps(
-    offsets: Iterable[GroupOffset], partitions: Iterable[PartitionOffsets], max_offsets: int
-) -> list[tuple[str, int, int, int]]:
-    """(topic, partition, committed, LSO) of every group partition with
-    0 < LSO - committed <= ``max_offsets``, deduplicated."""
-    if max_offsets <= 0:
-        return []
-    lso = {(p.topic, p.partition): p.last_stable_offset for p in partitions if p.last_stable_offset >= 0}
-    _, topics, partition_ids, committed = GroupOffsets.of(offsets).columns()[:4]
-    gaps = set()
-    for topic, partition, offset in zip(topics, partition_ids, committed, strict=True):
-        end = lso.get((topic, partition))
-        if end is not None and offset >= 0 and 0 < end - offset <= max_offsets:
-            gaps.add((topic, partition, offset, end))
-    return sorted(gaps)
-
-
-def collect_consumable_checks(
-    client: Any,
-    gaps: Iterable[tuple[str, int, int, int]],
-    leaders: Mapping[tuple[str, int], int],
-    *,
-    request_timeout_ms: int = 10_000,
-    partition_max_bytes: int = 1 << 20,
-) -> Collected[ConsumableCheck]:
-    """For each (topic, partition, committed, LSO): how many records a read_committed
-    consumer gets in [committed, LSO). One Fetch per leader, from the smallest committed
-    offset of each partition; a gap the fetched batches do not reach gives no check."""
-    by_partition: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
-    for topic, partition, start, end in gaps:
-        by_partition[(topic, partition)].append((start, end))
-    if not by_partition:
-        return Collected(())
-    requests = _Requests(client, request_timeout_ms)
-    try:
-        result: Collected[ConsumableCheck] = requests.run(
-            _consumable, requests, dict(by_partition), leaders, partition_max_bytes
-        )
-    except KafkaUnavailable:
-        raise
-    except Exception as e:
-        return Collected((), (CollectionError("Fetch", error_name(e), message=str(e)[:200]),))
-    return result
-
-
-async def _consumable(
-    requests: _Requests,
-    gaps: dict[tuple[str, int], list[tuple[int, int]]],
-    leaders: Mapping[tuple[str, int], int],
-    partition_max_bytes: int,
-) -> Collected[ConsumableCheck]:
-    from kafka.protocol.consumer.fetch import FetchRequest
-
-    errors: list[CollectionError] = []
-    by_leader: dict[int, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
-    for (topic, partition), ranges in sorted(gaps.items()):
-        leader = leaders.get((topic, partition), -1)
-        if leader < 0:
-            errors.append(CollectionError("Fetch", "LEADER_NOT_AVAILABLE", topic=topic, partition=partition))
-            continue
-        by_leader[leader][topic].append((partition, min(start for start, _ in ranges)))
-    sent = []
-    for leader, topics in sorted(by_leader.items()):
-        sent.append(
-            (
-                leader,
-                leader,
-                FetchRequest(
-                    replica_id=-1,
-                    max_wait_ms=0,
-                    min_bytes=1,
-                    max_bytes=partition_max_bytes * sum(len(ps) for ps in topics.values()),
-                    isolation_level=1,
-                    session_id=0,
-                    session_epoch=-1,
-                    topics=[
-                        FetchRequest.FetchTopic(
-                            topic=topic,
-                            partitions=[
-                                FetchRequest.FetchTopic.FetchPartition(
-                                    partition=partition,
-                                    current_leader_epoch=-1,
-                                    fetch_offset=start,
-                                    last_fetched_epoch=-1,
-                                    log_start_offset=-1,
-                                    partition_max_bytes=partition_max_bytes,
-                                )
-                                for partition, start in sorted(parts)
-                            ],
-                        )
-                        for topic, parts in sorted(topics.items())
-                    ],
-                    forgotten_topics_data=[],
-                    rack_id="",
-                    **_FETCH_VERSIONS,
-                ),
-            )
-        )
-    rows: list[ConsumableCheck] = []
-    for leader, _, response in await requests.send_all(sent):
-        if isinstance(response, BaseException):
-            errors.append(
-                CollectionError("Fetch", error_name(response), broker_id=leader, message=str(response)[:200])
-            )
-            continue
-        for topic in response.responses:
-            for part in topic.partitions:
-                key = (topic.topic, part.partition_index)
-                if part.error_code != 0:
-                    errors.append(
-                        CollectionError(
-                            "Fetch",
-                            error_name_for_code(part.error_code),
-                            broker_id=leader,
-                            topic=key[0],
-                            partition=key[1],
-                        )
-                    )
-                    continue
-                aborted = [(a.producer_id, a.first_offset) for a in (part.aborted_transactions or ())]
-                consumable, reached = consumable_offsets(part.records, aborted)
-                for start, end in sorted(set(gaps.get(key, ()))):
-                    if reached >= end - 1:
-                        rows.append(
-                            ConsumableCheck(
-                                key[0], key[1], start, end, sum(1 for o in consumable if start <= o < end)
-                            )
-                        )
-    return Collected(tuple(rows), tuple(errors))
-
-
-def consumable_offsets(records: bytes | None, aborted: Sequence[tuple[int, int]]) -> tuple[list[int], int]:
-    """Offsets a read_committed consumer gets from a READ_COMMITTED Fetch's records (as the
-    Java consumer filters them: control batches and batches of aborted transactions are
-    skipped), and the last offset the batches reach (-1 when none)."""
-    if not records:
-        return [], -1
-    from kafka.record import MemoryRecords
-
-    pending_aborts = sorted(aborted, key=lambda a: a[1])
-    aborting: set[int] = set()
-    consumable: list[int] = []
-    reached = -1
-    batches = MemoryRecords(records)
-    while batches.has_next():
-        batch = batches.next_batch()
-        if batch is None:
-            break
-        while pending_aborts and pending_aborts[0][1] <= batch.base_offset + batch.last_offset_delta:
-            aborting.add(pending_aborts.pop(0)[0])
-        reached = max(reached, batch.base_offset + batch.last_offset_delta)
-        if batch.is_control_batch:
-            if batch.producer_id in aborting:
-                for record in batch:  # an ABORT marker ends the producer's aborted range
-                    if getattr(record, "abort", False):
-                        aborting.discard(batch.producer_id)
-            continue
-        if batch.is_transactional and batch.producer_id in aborting:
-            continue
-        consumable.extend(record.offset for record in batch)
-    return consumable, reached

@@ -84,9 +84,13 @@ OPEN_TRANSACTIONS_BY_APPLICATION = "kafka_txn_open_transactions_by_application"
 HANGING_TRANSACTION_INFO = "kafka_txn_hanging_transaction_info"
 LATE_TRANSACTION_INFO = "kafka_txn_late_transaction_info"
 CONSUMER_GROUP_LAG_CONSUMABLE = "kafka_txn_consumer_group_lag_consumable"
+CONSUMER_GROUP_LAG_CONSUMABLE_UPPER_BOUND = "kafka_txn_consumer_group_lag_consumable_upper_bound_partitions"
 CONSUMER_GROUP_LAG_BLOCKED = "kafka_txn_consumer_group_lag_blocked"
 CONSUMER_GROUP_PARTITION_LAG_CONSUMABLE = "kafka_txn_consumer_group_partition_lag_consumable"
 CONSUMER_GROUP_PARTITION_LAG_BLOCKED = "kafka_txn_consumer_group_partition_lag_blocked"
+CONSUMER_GROUP_PARTITION_LAG_CONSUMABLE_UPPER_BOUND = (
+    "kafka_txn_consumer_group_partition_lag_consumable_upper_bound"
+)
 CONSUMER_GROUP_BLOCKED_INFO = "kafka_txn_consumer_group_blocked_info"
 CONSUMER_GROUP_BLOCKED_SECONDS = "kafka_txn_consumer_group_blocked_seconds"
 CONSUMER_GROUP_BLOCKED_PARTITIONS = "kafka_txn_consumer_group_blocked_partitions"
@@ -134,9 +138,11 @@ FAMILIES: tuple[Family, ...] = (
     Family(HANGING_TRANSACTION_INFO, "gauge", (*_FINDING, "coordinator_epoch", "reason")),
     Family(LATE_TRANSACTION_INFO, "gauge", (*_FINDING, "class")),
     Family(CONSUMER_GROUP_LAG_CONSUMABLE, "gauge", ("group", "topic")),
+    Family(CONSUMER_GROUP_LAG_CONSUMABLE_UPPER_BOUND, "gauge", ("group", "topic")),
     Family(CONSUMER_GROUP_LAG_BLOCKED, "gauge", ("group", "topic")),
     Family(CONSUMER_GROUP_PARTITION_LAG_CONSUMABLE, "gauge", ("group", "topic", "partition")),
     Family(CONSUMER_GROUP_PARTITION_LAG_BLOCKED, "gauge", ("group", "topic", "partition")),
+    Family(CONSUMER_GROUP_PARTITION_LAG_CONSUMABLE_UPPER_BOUND, "gauge", ("group", "topic", "partition")),
     Family(
         CONSUMER_GROUP_BLOCKED_INFO,
         "gauge",
@@ -174,9 +180,11 @@ FAMILIES: tuple[Family, ...] = (
 IN_FLIGHT: frozenset[str] = frozenset(
     {
         CONSUMER_GROUP_LAG_CONSUMABLE,
+        CONSUMER_GROUP_LAG_CONSUMABLE_UPPER_BOUND,
         CONSUMER_GROUP_LAG_BLOCKED,
         CONSUMER_GROUP_PARTITION_LAG_CONSUMABLE,
         CONSUMER_GROUP_PARTITION_LAG_BLOCKED,
+        CONSUMER_GROUP_PARTITION_LAG_CONSUMABLE_UPPER_BOUND,
         CONSUMER_GROUP_BLOCKED_INFO,
         CONSUMER_GROUP_BLOCKED_SECONDS,
         CONSUMER_GROUP_BLOCKED_PARTITIONS,

@@ -19,10 +19,16 @@ PREFIX = "kafka_txn"
 DEFAULT_CLUSTER_LABEL = "kafka_cluster"
 
 CONSUMABLE_HELP = (
-    "Records a read_committed consumer group can read now on the topic: committed offset to "
-    "the last stable offset, summed over partitions (OffsetFetch, ListOffsets READ_COMMITTED). "
-    "0 when only transaction markers or aborted records lie before the LSO (read from the "
-    "batches)."
+    "Records a read_committed consumer group can read now on the topic, summed over "
+    "partitions: counted in the batches between the committed offset and the last stable "
+    "offset (Fetch READ_COMMITTED; transaction markers and aborted records do not count), "
+    "else LSO - committed (OffsetFetch, ListOffsets READ_COMMITTED), an upper bound: see "
+    "_upper_bound_partitions."
+)
+UPPER_BOUND_HELP = (
+    "Partitions of the group on the topic whose consumable lag is an upper bound (LSO - "
+    "committed, or what was counted plus every offset not read): the batches up to the LSO "
+    "were not all read this cycle (consumable_check_max_bytes, a failed Fetch). 0: exact."
 )
 BLOCKED_HELP = (
     "Records a read_committed consumer group can NOT read yet: from the last stable offset (or "
@@ -40,6 +46,11 @@ def render_group_families(
     consumable = GaugeMetricFamily(
         f"{PREFIX}_consumer_group_lag_consumable", CONSUMABLE_HELP, labels=[cl, "group", "topic"]
     )
+    upper_bound = GaugeMetricFamily(
+        f"{PREFIX}_consumer_group_lag_consumable_upper_bound_partitions",
+        UPPER_BOUND_HELP,
+        labels=[cl, "group", "topic"],
+    )
     blocked_lag = GaugeMetricFamily(
         f"{PREFIX}_consumer_group_lag_blocked", BLOCKED_HELP, labels=[cl, "group", "topic"]
     )
@@ -53,11 +64,19 @@ def render_group_families(
         "Per partition (opt-in): " + BLOCKED_HELP,
         labels=[cl, "group", "topic", "partition"],
     )
+    upper_bound_p = GaugeMetricFamily(
+        f"{PREFIX}_consumer_group_partition_lag_consumable_upper_bound",
+        "Per partition (opt-in): 1 when the partition's consumable lag is an upper bound (the "
+        "batches up to the LSO were not all read this cycle), 0 when it is exact.",
+        labels=[cl, "group", "topic", "partition"],
+    )
     info = GaugeMetricFamily(
         f"{PREFIX}_consumer_group_blocked_info",
-        "1 per group partition blocked by a transaction: the committed offset is the last "
-        "stable offset, below the high watermark, and the LSO has not moved for "
-        "blocked_after_cycles cycles (OffsetFetch, ListOffsets). Names the open transaction "
+        "1 per group partition blocked by a transaction: nothing a read_committed consumer "
+        "gets lies before the last stable offset (committed there, or only transaction markers "
+        "and aborted records between, read from the batches), the LSO is below the high "
+        "watermark and has not moved for blocked_after_cycles cycles (OffsetFetch, ListOffsets, "
+        "Fetch READ_COMMITTED). Names the open transaction "
         "whose first offset is the LSO (DescribeProducers, DescribeTransactions) and the "
         "application it is attributed to.",
         labels=[
@@ -93,10 +112,12 @@ def render_group_families(
         for lag in r.lags:
             labels = [cluster, lag.group, lag.topic]
             consumable.add_metric(labels, float(lag.consumable_lag))
+            upper_bound.add_metric(labels, float(lag.upper_bound_partitions))
             blocked_lag.add_metric(labels, float(lag.blocked_lag))
         for lag in r.partition_lags:
             labels = [cluster, lag.group, lag.topic, str(lag.partition)]
             consumable_p.add_metric(labels, float(lag.consumable_lag))
+            upper_bound_p.add_metric(labels, float(lag.upper_bound_partitions))
             blocked_p.add_metric(labels, float(lag.blocked_lag))
         for b in r.blocked:
             where = [cluster, b.group, b.topic, str(b.partition)]
@@ -115,4 +136,15 @@ def render_group_families(
         for g in r.groups:
             partitions.add_metric([cluster, g.group], float(g.blocked_partitions))
             unstable.add_metric([cluster, g.group], float(g.unstable_offset_commits))
-    yield from (consumable, blocked_lag, consumable_p, blocked_p, info, seconds, partitions, unstable)
+    yield from (
+        consumable,
+        upper_bound,
+        blocked_lag,
+        consumable_p,
+        upper_bound_p,
+        blocked_p,
+        info,
+        seconds,
+        partitions,
+        unstable,
+    )

@@ -1,4 +1,4 @@
-"""The consumer-group family end to end (issue 16): real consumers, a real hanging
+"""The consumer-group family end to end (issues 16 and 41): real consumers, a real hanging
 transaction, the daemon's own cycles, what a scrape would show, and the CLI's abort.
 
 A read_committed group reads up to the LSO that a hanging transaction holds and commits
@@ -6,6 +6,12 @@ there; a read_uncommitted group reads everything. The daemon must report the fir
 blocked by that transaction (with its transactional id and the application it is attributed
 to), with consumable lag 0 and blocked lag = the offsets behind the LSO, and never the second;
 after ``abort`` the consumer gets the records, and the finding and both lags clear.
+
+Consumers that commit their last record + 1 (confluent-kafka with an explicit offset, and
+Kafka's Java KafkaConsumer calling ``commitSync`` with ``record.offset() + 1`` as Spring
+does) sit before the commit marker of the transaction they read: blocked all the same behind
+a hanging transaction, and caught up (consumable lag 0, never blocked) on a healthy
+transactional partition.
 """
 
 from __future__ import annotations
@@ -22,7 +28,13 @@ from exporter.cli import main
 from exporter.config import parse_config
 from exporter.daemon import Daemon, PipelineRunner
 from testbed.broker import KafkaCluster
-from testbed.scenarios import create_hanging_transaction, produce_plain
+from testbed.jvmclients import JavaClients, commit_last_plus_one, prepare
+from testbed.scenarios import (
+    commit_last_plus_one_confluent,
+    create_hanging_transaction,
+    produce_plain,
+    run_transaction,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -141,3 +153,68 @@ def test_read_committed_group_is_blocked_by_the_hanging_transaction_until_abort(
     assert code == 0, out
     assert blocked(cleared, committed_group) == []
     assert [lag(cleared, "consumable", committed_group), lag(cleared, "blocked", committed_group)] == [0, 0]
+
+
+@pytest.fixture(scope="module")
+def java_clients() -> JavaClients:
+    return prepare()
+
+
+def lag_bounds(registry: CollectorRegistry, group: str) -> float | None:
+    found = samples(registry, "kafka_txn_consumer_group_lag_consumable_upper_bound_partitions", group=group)
+    return sum(v for _, v in found) if found else None
+
+
+def test_consumers_committing_their_last_record_plus_one_are_blocked_behind_a_hanging_transaction_only(
+    kafka: KafkaCluster, topic: str, groups_daemon: Daemon, java_clients: JavaClients
+) -> None:
+    # Partition 0: a committed transaction (records 0-2, its marker at 3), then a hanging
+    # transaction at 4 and plain records after it. Partition 1: the same committed
+    # transaction and nothing open (LSO = HWM = 4).
+    for partition in (0, 1):
+        run_transaction(kafka.bootstrap_servers, topic, partition=partition, records=3, commit=True)
+    stuck = create_hanging_transaction(
+        kafka, topic, partition=0, transactional_id=f"{APPLICATION}-{uuid.uuid4()}-1"
+    )
+    produce_plain(kafka.bootstrap_servers, topic, partition=0, records=AFTER)
+    hwm, lso = kafka.end_offsets(topic, 0)
+    assert (stuck.start_offset, lso, hwm) == (4, 4, 5 + AFTER)
+    assert kafka.end_offsets(topic, 1) == (4, 4)
+
+    suffix = uuid.uuid4().hex[:8]
+    blocked_groups = {f"kte-rc-confluent-{suffix}": "confluent", f"kte-rc-java-{suffix}": "java"}
+    healthy_groups = {f"kte-rc-confluent-ok-{suffix}": "confluent", f"kte-rc-java-ok-{suffix}": "java"}
+    committed = {}
+    for groups, partition in ((blocked_groups, 0), (healthy_groups, 1)):
+        for group, client in groups.items():
+            if client == "java":
+                committed[group] = commit_last_plus_one(
+                    java_clients, kafka.bootstrap_servers, group, topic, partition, 3
+                )
+            else:
+                committed[group] = commit_last_plus_one_confluent(
+                    kafka.bootstrap_servers, group, topic, partition, 3
+                )
+    assert set(committed.values()) == {3}  # the commit marker's offset, below the LSO
+
+    everyone = [*blocked_groups, *healthy_groups]
+    found = []  # what each cycle's scrape shows (the registry is live: read after each cycle)
+    for _ in range(BLOCKED_AFTER + 1):
+        view = cycle(groups_daemon)
+        found.append({g: blocked(view, g) for g in everyone})
+    lags = {g: (lag(view, "consumable", g), lag(view, "blocked", g), lag_bounds(view, g)) for g in everyone}
+
+    # found blocked within blocked_after_cycles, named with the hanging transaction
+    assert all(found[i][g] == [] for i in range(BLOCKED_AFTER - 1) for g in everyone), found
+    for group in blocked_groups:
+        for shown in found[BLOCKED_AFTER - 1 :]:
+            [finding] = shown[group]
+            assert (finding["topic"], finding["partition"]) == (topic, "0")
+            assert finding["transactional_id"] == stuck.transactional_id
+            assert finding["start_offset"] == str(stuck.start_offset)
+            assert finding["application"] == APPLICATION
+        assert lags[group] == (0, hwm - lso, 0)
+    # caught up on a healthy transactional partition: exact consumable lag 0, never blocked
+    for group in healthy_groups:
+        assert all(shown[group] == [] for shown in found)
+        assert lags[group] == (0, 0, 0)

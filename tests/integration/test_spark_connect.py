@@ -19,12 +19,10 @@ Needs the ``connect`` extra (``pyspark[connect]``: grpcio, pandas, ...) and a JD
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,7 +30,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pyspark
 import pytest
 from pyspark.sql import SparkSession
 
@@ -42,145 +39,20 @@ from testbed.broker import KafkaCluster
 from testbed.scenarios import OpenTransaction, produce_plain, run_transaction
 from tests.fixtures_kafka import HangingFactory
 from tests.integration.spark_connect_cycles import CYCLES, RICH_GROUPS, comparable, run_cycles
+from tests.spark_connect_server import STOP_TIMEOUT_S, connect_server, log_tail
 from tests.unit.test_pipeline import candidates
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[2]
-SPARK_HOME = Path(pyspark.__file__).resolve().parent
-SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-START_TIMEOUT_S = 120.0
 CLIENT_TIMEOUT_S = 180.0
-STOP_TIMEOUT_S = 20.0
-
-#: The server's side of the deployment: what session.LOCAL_DEFAULTS sets for the embedded
-#: session (static settings belong to the Connect server, see session_conf).
-SERVER_CONF = {
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.catalogImplementation": "in-memory",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.sql.shuffle.partitions": "1",
-    "spark.default.parallelism": "2",
-    "spark.sql.adaptive.enabled": "false",
-    "spark.buffer.pageSize": "1m",
-    "spark.connect.grpc.binding.address": "127.0.0.1",
-}
-#: The server logs warnings, and the Connect service's own start-up lines, to its log file.
-SERVER_LOG4J2 = """\
-rootLogger.level = warn
-rootLogger.appenderRef.stderr.ref = stderr
-appender.stderr.type = Console
-appender.stderr.name = stderr
-appender.stderr.target = SYSTEM_ERR
-appender.stderr.layout.type = PatternLayout
-appender.stderr.layout.pattern = %d{HH:mm:ss,SSS} %p %c{1}: %m%n
-logger.connect.name = org.apache.spark.sql.connect.service
-logger.connect.level = info
-"""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def port_answers(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-            return True
-    except OSError:
-        return False
-
-
-def log_tail(path: Path, lines: int = 60) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as e:
-        return f"(no server log: {e})"
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def stop_server(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the server's process group (spark-submit's launcher and the JVM), SIGKILL it
-    if it has not exited in time, and SIGKILL whatever is left of the group: no JVM outlives
-    the test. The group is the one the server was started in (``start_new_session``)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=STOP_TIMEOUT_S)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")
 def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Spark Connect server on 127.0.0.1 (local[2], 512m driver, no UI) for this module."""
-    work = tmp_path_factory.mktemp("spark-connect")
-    log_path = work / "server.log"
-    log4j = work / "log4j2.properties"
-    log4j.write_text(SERVER_LOG4J2)
-    port = free_port()
-    conf = {
-        **SERVER_CONF,
-        "spark.connect.grpc.binding.port": str(port),
-        "spark.local.dir": str(work / "local"),
-        "spark.sql.warehouse.dir": str(work / "warehouse"),
-    }
-    command = [
-        str(SPARK_HOME / "bin" / "spark-submit"),
-        "--class",
-        SERVER_CLASS,
-        "--name",
-        "kafka-txn-exporter-connect-test",
-        "--master",
-        "local[2]",
-        "--driver-memory",
-        "512m",
-        "--driver-java-options",
-        f"-Dlog4j2.configurationFile={log4j} -Djava.io.tmpdir={work}",
-        *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")),
-        "spark-internal",
-    ]
-    env = {
-        **os.environ,
-        "SPARK_HOME": str(SPARK_HOME),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_CONNECT_MODE": "0",  # as sbin/start-connect-server.sh: this is the server
-    }
-    env.pop("SPARK_REMOTE", None)
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            command,
-            cwd=work,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not port_answers(port):
-            if proc.poll() is not None:
-                pytest.fail(f"Spark Connect server exited with {proc.returncode}:\n{log_tail(log_path)}")
-            if time.monotonic() > deadline:
-                pytest.fail(
-                    f"Spark Connect server did not answer on 127.0.0.1:{port} within "
-                    f"{START_TIMEOUT_S:.0f} s:\n{log_tail(log_path)}"
-                )
-            time.sleep(0.5)
-        yield f"sc://127.0.0.1:{port}"
-    finally:
-        stop_server(proc)
+    with connect_server(tmp_path_factory.mktemp("spark-connect")) as url:
+        yield url
 
 
 def start_connect_client(url: str) -> subprocess.Popen[str]:

@@ -1,7 +1,8 @@
 """The Dockerfile agrees with the package and the Helm chart.
 
-No container engine runs here, so the Dockerfile is parsed: stages, user, entrypoint, port, JRE
-and the directories the image makes writable, which must be exactly the chart's emptyDir mounts.
+The Dockerfile is parsed here: stages, user, entrypoint, port, JRE, the thin target's Spark
+Connect client, and the directories the images make writable, which must be exactly the chart's
+emptyDir mounts. tests/image builds both targets with buildah and runs them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import shutil
 import subprocess
 import tomllib
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,8 @@ DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
 CHART = REPO / "deploy" / "helm" / "kafka-txn-exporter"
 HELM_CACHE_BIN = Path(os.environ.get("KTE_CACHE", Path.home() / ".cache" / "kafka-txn-exporter")) / "bin"
+#: The image targets: the default (the last stage) and the Spark Connect client's.
+TARGETS = ("runtime", "thin")
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,16 @@ def parse_dockerfile(text: str) -> tuple[dict[str, str], list[Stage]]:
     return global_args, stages
 
 
+def target(stages: list[Stage], name: str) -> Stage:
+    """The image ``name`` as the instructions of its stage and of the stages it is built FROM
+    (the image inherits their configuration), merged in order."""
+    by_name = {stage.name: stage for stage in stages if stage.name}
+    chain = [by_name[name]]
+    while chain[0].base in by_name:
+        chain.insert(0, by_name[chain[0].base])
+    return Stage(chain[0].base, name, [i for stage in chain for i in stage.instructions])
+
+
 def env_of(stage: Stage) -> dict[str, str]:
     env: dict[str, str] = {}
     for args in stage.all("ENV"):
@@ -93,13 +107,28 @@ def env_of(stage: Stage) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def stages() -> list[Stage]:
-    return parse_dockerfile(DOCKERFILE.read_text())[1]
+def parsed() -> tuple[dict[str, str], list[Stage]]:
+    return parse_dockerfile(DOCKERFILE.read_text())
+
+
+@pytest.fixture(scope="module")
+def stages(parsed: tuple[dict[str, str], list[Stage]]) -> list[Stage]:
+    return parsed[1]
 
 
 @pytest.fixture(scope="module")
 def runtime(stages: list[Stage]) -> Stage:
-    return stages[-1]
+    return target(stages, "runtime")
+
+
+@pytest.fixture(scope="module")
+def thin(stages: list[Stage]) -> Stage:
+    return target(stages, "thin")
+
+
+@pytest.fixture(scope="module", params=TARGETS)
+def image(request: pytest.FixtureRequest, stages: list[Stage]) -> Stage:
+    return target(stages, request.param)
 
 
 @pytest.fixture(scope="module")
@@ -116,12 +145,21 @@ def chart_pod() -> dict[str, Any]:
     return pod
 
 
-def test_multi_stage_build_from_python_311_slim(stages: list[Stage]) -> None:
-    assert len(stages) >= 2
-    builder, runtime = stages[0], stages[-1]
-    for stage in (builder, runtime):
-        assert re.fullmatch(r"python:3\.11-slim(-\w+)?", stage.base), stage.base
-    assert builder.name == "builder"
+def test_every_stage_builds_on_the_python_image_argument_or_another_stage(
+    parsed: tuple[dict[str, str], list[Stage]],
+) -> None:
+    """A base of one's own (docs/deploy.md: a debootstrap base) is a build argument, no edit."""
+    global_args, stages = parsed
+    assert re.fullmatch(r"python:3\.11-slim(-\w+)?", global_args["PYTHON_IMAGE"])
+    names = {stage.name for stage in stages}
+    for stage in stages:
+        assert stage.base == global_args["PYTHON_IMAGE"] or stage.base in names, stage.base
+    assert stages[-1].name == "runtime", "the default target (the last stage) is the full image"
+    assert {"builder", "thin-builder", "common", *TARGETS} <= names
+
+
+def test_the_runtime_installs_the_builders_wheels(stages: list[Stage], runtime: Stage) -> None:
+    builder = target(stages, "builder")
     assert any("pip wheel" in run or "-m build" in run for run in builder.all("RUN"))
     # The runtime installs the wheel built in the builder stage.
     installs = [run for run in runtime.all("RUN") if "from=builder" in run]
@@ -134,8 +172,34 @@ def test_runtime_has_a_headless_jre_17(runtime: Stage) -> None:
     assert env_of(runtime)["JAVA_HOME"].startswith("/usr/lib/jvm/")
 
 
-def test_runs_as_the_charts_numeric_non_root_user(runtime: Stage, chart_pod: dict[str, Any]) -> None:
-    user = runtime.last("USER")
+def test_thin_has_the_spark_connect_client_and_no_jvm(
+    parsed: tuple[dict[str, str], list[Stage]], stages: list[Stage], thin: Stage
+) -> None:
+    """pyspark-client in place of pyspark (whose wheel carries Spark's jars), no JRE, no class
+    archive; the client is pinned no newer than the pyspark whose Connect server the tests run
+    (a Connect client works with servers of its version and newer)."""
+    global_args, _ = parsed
+    builder = target(stages, "thin-builder")
+    (install,) = [run for run in builder.all("RUN") if "pyspark-client==${PYSPARK_CLIENT_VERSION}" in run]
+    assert '!= "pyspark"' in install, "pyspark itself is left out"
+    assert "--no-deps" in install, "the project's own requirement of pyspark is not followed"
+    client = tuple(int(p) for p in global_args["PYSPARK_CLIENT_VERSION"].split("."))
+    server = tuple(int(p) for p in version("pyspark").split(".")[:3])
+    assert client[0] == server[0] and client <= server, (client, server)
+    everything = " ".join(i.args for i in thin.instructions)
+    assert "openjdk" not in everything and "class-archive" not in everything
+    assert "JAVA_HOME" not in env_of(thin) and CLASS_ARCHIVE_ENV not in env_of(thin)
+    assert thin.all("COPY") == ["--from=thin-builder /opt/kafka-txn-exporter /opt/kafka-txn-exporter"]
+    assert env_of(thin)["PATH"].startswith("/opt/kafka-txn-exporter/bin:")
+
+
+def test_both_images_keep_a_healthcheck_on_healthz(image: Stage) -> None:
+    check = image.last("HEALTHCHECK")
+    assert "/healthz" in check and check.split()[-1] != "NONE"
+
+
+def test_runs_as_the_charts_numeric_non_root_user(image: Stage, chart_pod: dict[str, Any]) -> None:
+    user = image.last("USER")
     uid, _, gid = user.partition(":")
     assert uid.isdigit() and int(uid) != 0, f"USER {user} must be a numeric non-root uid"
     container = chart_pod["containers"][0]
@@ -145,10 +209,10 @@ def test_runs_as_the_charts_numeric_non_root_user(runtime: Stage, chart_pod: dic
 
 
 def test_entrypoint_runs_the_daemon_with_the_charts_config_path(
-    runtime: Stage, chart_pod: dict[str, Any]
+    image: Stage, chart_pod: dict[str, Any]
 ) -> None:
-    entrypoint = json.loads(runtime.last("ENTRYPOINT"))
-    cmd = json.loads(runtime.last("CMD"))
+    entrypoint = json.loads(image.last("ENTRYPOINT"))
+    cmd = json.loads(image.last("CMD"))
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert entrypoint == ["kafka-txn-exporter", "run"]
     assert entrypoint[0] in scripts
@@ -156,8 +220,8 @@ def test_entrypoint_runs_the_daemon_with_the_charts_config_path(
     assert chart_pod["containers"][0]["args"] == cmd
 
 
-def test_exposed_port_is_the_charts_and_the_exporters(runtime: Stage, chart_pod: dict[str, Any]) -> None:
-    exposed = [int(p.split("/")[0]) for args in runtime.all("EXPOSE") for p in args.split()]
+def test_exposed_port_is_the_charts_and_the_exporters(image: Stage, chart_pod: dict[str, Any]) -> None:
+    exposed = [int(p.split("/")[0]) for args in image.all("EXPOSE") for p in args.split()]
     (port,) = chart_pod["containers"][0]["ports"]
     assert exposed == [port["containerPort"]]
     assert exposed == [int(DEFAULT_LISTEN_ADDRESS.rpartition(":")[2])]
@@ -174,16 +238,16 @@ def writable_dirs(stage: Stage) -> set[str]:
     return dirs
 
 
-def test_writable_dirs_are_the_charts_emptydir_mounts(runtime: Stage, chart_pod: dict[str, Any]) -> None:
+def test_writable_dirs_are_the_charts_emptydir_mounts(image: Stage, chart_pod: dict[str, Any]) -> None:
     volumes = {v["name"]: v for v in chart_pod["volumes"]}
     container = chart_pod["containers"][0]
     empty_dirs = {m["mountPath"] for m in container["volumeMounts"] if "emptyDir" in volumes[m["name"]]}
-    image_dirs = writable_dirs(runtime)
+    image_dirs = writable_dirs(image)
     assert image_dirs == empty_dirs
-    env = env_of(runtime)
+    env = env_of(image)
     assert env["HOME"] in empty_dirs
     assert env["SPARK_LOCAL_DIRS"] in empty_dirs
-    assert runtime.last("WORKDIR") in empty_dirs
+    assert image.last("WORKDIR") in empty_dirs
 
 
 def test_dockerignore_keeps_the_package_sources(stages: list[Stage]) -> None:
@@ -193,10 +257,11 @@ def test_dockerignore_keeps_the_package_sources(stages: list[Stage]) -> None:
         if line.strip() and not line.startswith("#")
     ]
     assert patterns[0] == "*", "the context is an allow-list"
-    copied = {w for args in stages[0].all("COPY") for w in args.split()[:-1]}
-    for needed in ("pyproject.toml", "exporter"):
-        assert needed in copied
-        assert f"!{needed}" in patterns or f"!{needed}/" in patterns
+    for builder in ("builder", "thin-builder"):
+        copied = {w for args in target(stages, builder).all("COPY") for w in args.split()[:-1]}
+        for needed in ("pyproject.toml", "exporter"):
+            assert needed in copied
+            assert f"!{needed}" in patterns or f"!{needed}/" in patterns
 
 
 def test_the_image_writes_a_class_archive_and_points_the_driver_at_it(runtime: Stage) -> None:

@@ -6,7 +6,8 @@ from dataclasses import fields
 
 import pytest
 
-from exporter.kafka.groups import _OffsetColumns, consumable_gaps
+from exporter.kafka.consumable import Gap, consumable_gaps
+from exporter.kafka.groups import _OffsetColumns
 from exporter.model import GroupOffset, GroupOffsets, PartitionOffsets
 from exporter.pipeline.groups import GROUP_OFFSETS
 
@@ -64,10 +65,21 @@ def test_the_offset_behind_a_pending_commit_is_set_on_its_row() -> None:
     assert columns.done()[1] == GroupOffset("g", "t", 1, 42, 1, "Stable", True)
 
 
-def test_consumable_gaps_read_records_and_columns_alike() -> None:
-    partitions = [PartitionOffsets("t", 0, 1, 20, 12), PartitionOffsets("t", 1, 1, 9, 9)]
-    expected = [("t", 0, 10, 12), ("t", 1, 5, 9)]
-    assert consumable_gaps(RECORDS, partitions, 5) == expected
-    assert consumable_gaps(GroupOffsets.of(RECORDS), partitions, 5) == expected
-    assert consumable_gaps(GroupOffsets.of(RECORDS), partitions, 2) == [("t", 0, 10, 12)]
-    assert consumable_gaps(RECORDS, partitions, 0) == []
+def test_consumable_gaps_read_records_and_columns_alike_held_partitions_and_small_gaps_first() -> None:
+    records = (
+        *RECORDS,
+        GroupOffset("g2", "t", 0, 4, 2, "Stable"),
+        GroupOffset("g3", "t", 0, 10, 2, "Stable"),  # the same committed offset: read once
+        GroupOffset("g2", "t", 2, 3, 2, "Stable"),
+        GroupOffset("g2", "t", 3, 7, 2, "Stable"),  # at the LSO: nothing to read
+    )
+    partitions = [
+        PartitionOffsets("t", 0, 1, 20, 12),
+        PartitionOffsets("t", 1, 1, 9, 9),
+        PartitionOffsets("t", 2, 1, 100, 100),
+        PartitionOffsets("t", 3, 1, 7, 7),
+    ]
+    expected = [Gap("t", 0, (4, 10), 12, 20), Gap("t", 1, (5,), 9, 9), Gap("t", 2, (3,), 100, 100)]
+    assert consumable_gaps(records, partitions) == expected
+    assert consumable_gaps(GroupOffsets.of(records), partitions) == expected
+    assert [g.held for g in expected] == [True, False, False]

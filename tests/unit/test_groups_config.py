@@ -70,7 +70,7 @@ def test_wrong_types_unknown_keys_and_bounds_are_reported_together() -> None:
         f"{PATH}.blocked_after_cycles: must be between 1 and 100000",
         f"{PATH}.max_group_series: must be an integer, got True",
         f"{PATH}.colour: unknown key (allowed: allow, blocked_after_cycles, "
-        "consumable_check_max_offsets, deny, enabled, max_blocked, max_group_series, "
+        "consumable_check_max_bytes, deny, enabled, max_blocked, max_group_series, "
         "max_partition_series, per_partition)",
     ]
     assert parse_groups("yes", PATH)[1][0].startswith(f"{PATH}: must be true, false or a mapping")
@@ -124,6 +124,17 @@ def test_python_named_groups_are_rewritten_for_java() -> None:
     assert AttributionRule("r", r"^(?<application>a)(b)").group_index == 1
     assert AttributionRule("r", r"^(a)(?P<application>b)").group_index == 2
     assert AttributionRule("r", r"^ab").group_index == 0
+
+
+def test_the_byte_budget_replaces_the_offset_count_and_the_old_key_says_so() -> None:
+    assert GroupsConfig().consumable_check_max_bytes == 8 << 20
+    config, problems = parse_groups({"consumable_check_max_bytes": 0}, PATH)
+    assert (config.consumable_check_max_bytes, problems) == (0, [])
+    _, problems = parse_groups({"consumable_check_max_offsets": 10}, PATH)
+    assert problems == [
+        f"{PATH}.consumable_check_max_offsets: replaced by consumable_check_max_bytes (bytes of "
+        "batches read per cycle, not a number of offsets)"
+    ]
 
 
 def test_the_builtins_are_streams_and_flink_and_spring_needs_its_prefixes() -> None:

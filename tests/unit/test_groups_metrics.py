@@ -16,8 +16,14 @@ from exporter.model import (
 )
 
 RESULT = GroupsResult(
-    lags=(GroupLag("reader", "orders", consumable_lag=0, blocked_lag=5),),
-    partition_lags=(GroupLag("reader", "orders", 0, 5, partition=2),),
+    lags=(
+        GroupLag("reader", "orders", consumable_lag=0, blocked_lag=5),
+        GroupLag("lagging", "orders", consumable_lag=40, blocked_lag=0, upper_bound_partitions=2),
+    ),
+    partition_lags=(
+        GroupLag("reader", "orders", 0, 5, partition=2),
+        GroupLag("lagging", "orders", 40, 0, partition=1, upper_bound_partitions=1),
+    ),
     blocked=(
         BlockedGroupPartition(
             group="reader",
@@ -78,6 +84,22 @@ def test_lag_split_is_rendered_per_group_and_topic_and_per_partition() -> None:
     ) in text
 
 
+def test_a_consumable_lag_not_read_to_the_lso_says_it_is_an_upper_bound() -> None:
+    text = render()
+    assert (
+        'kafka_txn_consumer_group_lag_consumable_upper_bound_partitions{group="lagging",'
+        'kafka_cluster="prod",topic="orders"} 2.0'
+    ) in text
+    assert (
+        'kafka_txn_consumer_group_lag_consumable_upper_bound_partitions{group="reader",'
+        'kafka_cluster="prod",topic="orders"} 0.0'
+    ) in text
+    assert (
+        'kafka_txn_consumer_group_partition_lag_consumable_upper_bound{group="lagging",'
+        'kafka_cluster="prod",partition="1",topic="orders"} 1.0'
+    ) in text
+
+
 def test_help_texts_say_which_lag_a_read_committed_consumer_can_read() -> None:
     text = render()
     assert (
@@ -129,8 +151,10 @@ def test_every_family_is_described_even_without_groups() -> None:
     families = list(render_group_families([]))
     assert {f.name for f in families} == {
         "kafka_txn_consumer_group_lag_consumable",
+        "kafka_txn_consumer_group_lag_consumable_upper_bound_partitions",
         "kafka_txn_consumer_group_lag_blocked",
         "kafka_txn_consumer_group_partition_lag_consumable",
+        "kafka_txn_consumer_group_partition_lag_consumable_upper_bound",
         "kafka_txn_consumer_group_partition_lag_blocked",
         "kafka_txn_consumer_group_blocked_info",
         "kafka_txn_consumer_group_blocked_seconds",

@@ -1075,3 +1075,42 @@ def test_a_cluster_file_in_values_takes_the_keys_of_a_clusters_entry() -> None:
     entry = schema["config"]["properties"]["clusters"]["items"]
     cluster_file = schema["clusterFiles"]["properties"]["files"]["additionalProperties"]
     assert cluster_file == {**entry, "required": [r for r in entry["required"] if r != "name"]}
+
+
+def test_connect_mode_runs_the_thin_image(helm: str) -> None:
+    """spark.mode connect: the exporter starts no JVM, so its container runs the Dockerfile's
+    thin target (the Spark Connect client only), tagged as the full image plus -thin."""
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+
+    def image(*sets: str) -> str:
+        docs = render(helm, sets=sets)
+        deployment = next(
+            d for d in objects(docs, "Deployment") if d["metadata"]["name"] == f"{RELEASE}-{CONTAINER}"
+        )
+        found: str = exporter_container(deployment["spec"]["template"]["spec"])["image"]
+        return found
+
+    connect = ("spark.mode=connect", "spark.connectUrl=sc://spark-connect:15002")
+    assert image() == f"kafka-txn-exporter:{app_version}"
+    assert image(*connect) == f"kafka-txn-exporter:{app_version}-thin"
+    registry = ("image.registry=registry.example.com/", "image.tag=1.2.3")
+    assert image(*registry) == "registry.example.com/kafka-txn-exporter:1.2.3"
+    assert image(*connect, *registry) == "registry.example.com/kafka-txn-exporter:1.2.3-thin"
+    digest = "sha256:" + "a" * 64
+    # The full image's digest is not the thin image's: only image.thin.digest pins it.
+    assert image(*connect, f"image.digest={digest}") == f"kafka-txn-exporter:{app_version}-thin"
+    assert (
+        image(*connect, *registry, "image.thin.repository=kte-thin", f"image.thin.digest={digest}")
+        == f"registry.example.com/kte-thin@{digest}"
+    )
+    assert image(*connect, "image.thin.tag=edge") == "kafka-txn-exporter:edge"
+    # The chart's own Spark Connect server keeps the Apache Spark image.
+    docs = render(helm, sets=["spark.mode=connect", "spark.connectServer.enabled=true"])
+    images = {
+        c["name"]: c["image"]
+        for d in objects(docs, "Deployment")
+        for c in d["spec"]["template"]["spec"]["containers"]
+    }
+    assert images[CONTAINER] == f"kafka-txn-exporter:{app_version}-thin"
+    assert images["spark-connect"].startswith("apache/spark:")
+    assert "thin" in render_error(helm, "--set", "image.thin.digest=latest")

@@ -4,7 +4,9 @@ tests/integration/test_spark_supervision.py."""
 
 from __future__ import annotations
 
+import os
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -320,3 +322,89 @@ def test_a_pipeline_given_alone_runs_a_round_cluster_by_cluster_each_failure_its
     outcome = runner(compute).compute_round(round_of("good", "bad"))
     assert set(outcome.results) == {"good"}
     assert outcome.failures == {"bad": "ValueError: bad plan"}
+
+
+#: What a py4j error says when the driver cannot create its scratch directory: the Java
+#: exception and its stack trace, many lines.
+JAVA_START_FAILURE = (
+    "An error occurred while calling None.org.apache.spark.api.java.JavaSparkContext.\n"
+    ": java.io.IOException: Failed to get a temp directory under [/var/lib/kte/spark].\n"
+    "\tat org.apache.spark.util.Utils$.getLocalDir(Utils.scala:1019)\n"
+    "\tat org.apache.spark.SparkEnv$.create(SparkEnv.scala:402)\n"
+)
+
+
+def test_a_failed_start_is_summed_up_in_one_line() -> None:
+    from exporter.daemon.pipeline import one_line
+
+    assert one_line(RuntimeError(JAVA_START_FAILURE)) == (
+        "java.io.IOException: Failed to get a temp directory under [/var/lib/kte/spark]."
+    )
+    denied = "java.nio.file.AccessDeniedException: /var/lib/kte/spark"
+    caused = f"{JAVA_START_FAILURE}Caused by: {denied}\n\tat x\n"
+    assert one_line(RuntimeError(caused)).endswith(f"(caused by {denied})")
+    assert one_line(ValueError("bad\nworse")) == "ValueError: bad"
+    assert "\n" not in one_line(RuntimeError("x" * 5000)) and len(one_line(RuntimeError("x" * 5000))) == 400
+
+
+def test_a_local_dir_the_driver_cannot_use_is_named_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from exporter.daemon.pipeline import local_dir_problem
+
+    monkeypatch.delenv("SPARK_LOCAL_DIRS", raising=False)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    problem = local_dir_problem(SparkConfig(local_dir=str(blocker / "spark")))
+    assert problem is not None
+    assert f"(spark.local_dir) for uid {os.getuid()}: {blocker / 'spark'}: Not a directory" in problem
+    assert local_dir_problem(SparkConfig(local_dir=str(tmp_path / "spark"))) is None
+    assert (tmp_path / "spark").is_dir() and not list((tmp_path / "spark").iterdir())
+    # Spark takes SPARK_LOCAL_DIRS over spark.local.dir; one usable directory is enough.
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", f"{blocker / 'x'},{tmp_path / 'other'}")
+    assert local_dir_problem(SparkConfig(local_dir=str(blocker / "spark"))) is None
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(blocker / "x"))
+    assert "(SPARK_LOCAL_DIRS)" in (local_dir_problem(SparkConfig(local_dir=str(tmp_path))) or "")
+
+
+def test_health_turns_503_once_the_configured_number_of_starts_failed_and_back_after_one_succeeds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Connect session (no JVM of the test process is touched): the session factory fails
+    as the JVM does; each failed start is one attempt, made when a cycle asks after back-off."""
+    from exporter.daemon.pipeline import PipelineUnavailableError
+    from exporter.pipeline import session as session_module
+
+    starting_fails = True
+
+    def spark_session(_config: SparkConfig, **_: Any) -> Any:
+        if starting_fails:
+            raise RuntimeError(JAVA_START_FAILURE)
+        return StandInSession()
+
+    monkeypatch.setattr(session_module, "spark_session", spark_session)
+    clock = Clock()
+    r = PipelineRunner(
+        SparkConfig(connect_url="sc://127.0.0.1:1", unhealthy_after_failed_starts=2),
+        PipelineSettings(),
+        interval_s=2.0,
+        clock=clock,
+        compute_fn=lambda _spark, snap, *_: result(snap),
+    )
+    with pytest.raises(PipelineUnavailableError):
+        r.start()
+    assert r.health() == (True, "ok")  # one failed start of the two allowed
+    clock.now += 1.5  # past the back-off: the next cycle tries again
+    with pytest.raises(PipelineUnavailableError):
+        r.compute(snapshot("c"), None, 0)
+    healthy, why = r.health()
+    assert not healthy
+    assert why == (
+        "Spark did not start: 2 attempt(s) in a row failed; last: starting Spark failed: "
+        "java.io.IOException: Failed to get a temp directory under [/var/lib/kte/spark]."
+    )
+    starting_fails = False
+    clock.now += 2.5
+    assert r.compute(snapshot("c"), None, 0).cluster == "c"
+    assert r.health() == (True, "ok")
+    r.stop()

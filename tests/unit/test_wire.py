@@ -6,11 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kafka.protocol.api_header import RequestHeader, ResponseClassRegistry
-from kafka.protocol.consumer.group import OffsetFetchResponse
+from kafka.protocol.api_header import ResponseClassRegistry
+from kafka.protocol.consumer.group import OffsetFetchRequest, OffsetFetchResponse
 
-from exporter.kafka._protocol import decode_with
-from exporter.kafka.groups import _read_offset_fetch_as_columns
+from exporter.kafka.groups import _offset_fetch_request
 from exporter.kafka.wire import (
     OFFSET_FETCH_VERSIONS,
     GroupOffsetsRead,
@@ -109,25 +108,22 @@ def test_bytes_that_end_early_or_run_on_are_a_value_error_naming_the_response() 
     assert issubclass(MalformedResponseError, ValueError)  # kafka-python's reader catches it
 
 
-def test_kafka_python_hands_offset_fetch_v8_and_v9_to_the_wire_reader_and_decodes_the_rest() -> None:
-    _read_offset_fetch_as_columns()
-    _read_offset_fetch_as_columns()  # idempotent
-
-    def decoder(version: int) -> object:
-        header = RequestHeader(
-            request_api_key=OffsetFetchResponse.API_KEY,
-            request_api_version=version,
-            correlation_id=1,
-            client_id="test",
-        )
-        return ResponseClassRegistry.get_response_class(header)
-
+def test_only_the_collectors_own_requests_are_read_into_columns() -> None:
+    """The wire reader is attached to the OffsetFetch requests the collector sends, never to
+    kafka-python's registry: every other OffsetFetch of the process (kafka-python's own
+    ``list_group_offsets``) is decoded by kafka-python."""
     for version in OFFSET_FETCH_VERSIONS:
+        ours = _offset_fetch_request({"g": None}, stable=True)
+        group = OffsetFetchRequest.OffsetFetchRequestGroup(group_id="g", topics=None)
+        theirs = OffsetFetchRequest(groups=[group], require_stable=True)
+        for request in (ours, theirs):
+            request.API_VERSION = version  # as the connection negotiates it
+            request.with_header(correlation_id=7, client_id="test")
+        assert ours.encode(framed=True, header=True) == theirs.encode(framed=True, header=True)
         data = response(version).encode(version=version)
-        # making versioned classes (kafka-python re-registers each) leaves the reader in place
-        OffsetFetchResponse.decode(data, version=version)
-        assert isinstance(decoder(version).decode(data), OffsetFetchColumns)  # type: ignore[attr-defined]
-    assert decoder(7) is OffsetFetchResponse[7]
-    # installing the same reader again leaves one layer
-    decode_with(OffsetFetchResponse, OFFSET_FETCH_VERSIONS, decode_offset_fetch)
-    assert decoder(7) is OffsetFetchResponse[7]
+        assert ours.header.correlation_id == 7
+        assert ours.header.get_response_class().decode(data) == decode_offset_fetch(data)
+        assert isinstance(theirs.header.get_response_class().decode(data), OffsetFetchResponse)
+    # kafka-python's own response class (a proxy to it) is still the one registered
+    registered = ResponseClassRegistry._response_class_registry[OffsetFetchResponse.API_KEY]
+    assert registered.__name__.startswith(OffsetFetchResponse.__name__)

@@ -47,15 +47,29 @@ app.kubernetes.io/component: exporter
 {{- end -}}
 {{- end -}}
 
+{{/*
+The exporter's image: the full image (embedded Spark driver), or in spark.mode connect the thin
+image (Dockerfile target thin: no JVM, no Spark jars), image.thin.* defaulting to the same
+repository and the full image's tag + "-thin".
+*/}}
 {{- define "kafka-txn-exporter.image" -}}
-{{- $repo := .Values.image.repository -}}
-{{- if .Values.image.registry -}}
-{{- $repo = printf "%s/%s" (trimSuffix "/" .Values.image.registry) $repo -}}
+{{- $image := .Values.image -}}
+{{- $repo := $image.repository -}}
+{{- $tag := default .Chart.AppVersion $image.tag | toString -}}
+{{- $digest := $image.digest -}}
+{{- if eq ((.Values.spark | default dict).mode | default "embedded") "connect" -}}
+{{- $thin := $image.thin | default dict -}}
+{{- $repo = $thin.repository | default $repo -}}
+{{- $tag = $thin.tag | default (printf "%s-thin" $tag) | toString -}}
+{{- $digest = $thin.digest -}}
 {{- end -}}
-{{- if .Values.image.digest -}}
-{{- printf "%s@%s" $repo .Values.image.digest -}}
+{{- if $image.registry -}}
+{{- $repo = printf "%s/%s" (trimSuffix "/" $image.registry) $repo -}}
+{{- end -}}
+{{- if $digest -}}
+{{- printf "%s@%s" $repo $digest -}}
 {{- else -}}
-{{- printf "%s:%s" $repo (default .Chart.AppVersion .Values.image.tag | toString) -}}
+{{- printf "%s:%s" $repo $tag -}}
 {{- end -}}
 {{- end -}}
 
