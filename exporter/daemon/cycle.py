@@ -197,7 +197,9 @@ class ClusterJob:
         every time, logged at the first of a streak."""
         self._metrics.cycles_skipped.labels(self.cluster.name).inc()
         if self._skipped_streak == 0:
-            log.warning(
+            # Before the first cycle ends, skips are the engine's start (seconds): not a warning.
+            log.log(
+                logging.WARNING if self._last_outcome is not None else logging.INFO,
                 "cycle for cluster %s skipped: %s (counted in kafka_txn_exporter_cycles_skipped_total; "
                 "logged again when cycles run again)",
                 self.cluster.name,
