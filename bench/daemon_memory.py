@@ -13,14 +13,17 @@ JVM start included), then runs each variant of ``--variants``:
   from the pyspark wheel (the exporter starts no JVM; the server's RSS is reported apart);
 * a ``+cli`` suffix (``512m+cli``): the daemon serves its warm engine on a loopback Connect
   endpoint (``spark.connect_server_port``) and, after the sampling, ``find-hanging`` of the
-  CLI is timed against it; ``--cli`` also times the CLI cold (no engine reachable);
+  CLI is timed against it (``--fresh``: collected and classified on the warm engine) and
+  answered from the daemon's last cycle (``--exporter``, ``/api/v1/findings``); ``--cli``
+  also times the CLI cold (no engine or exporter reachable);
 * a ``+archive`` suffix (``512m+archive``): the embedded driver maps the class archive that
   ``kafka-txn-exporter class-archive`` writes first, as the image ships it (the Dockerfile
   writes one and sets ``$KAFKA_TXN_EXPORTER_SPARK_CLASS_ARCHIVE``); the variants without
   the suffix start the JVM without one, as a ``pip install`` does.
 
 Each daemon runs (interval ``--interval``) for at least ``--duration`` seconds and
-``--min-cycles`` cycles (cap ``--max-duration``), then gets SIGTERM. Every second: the RSS
+``--min-cycles`` cycles (cap ``--max-duration``), then gets SIGTERM. Every second (every 0.2 s
+until the first cycle is published, which times it): the RSS
 (VmRSS) of the Python process and of its descendant JVM (the Spark driver), CPU time of
 both, and a scrape of ``/metrics``. Cycle durations come from the daemon's own
 ``kafka_txn_exporter_cycle_duration_seconds`` histogram, stage durations from
@@ -265,6 +268,9 @@ class VariantResult:
     cli_warm_s: float = math.nan
     cli_warm_first_s: float = math.nan
     cli_warm_exit: int | None = None
+    #: find-hanging --exporter: answered from the daemon's last cycle (median of the runs).
+    cli_exporter_s: float = math.nan
+    cli_exporter_exit: int | None = None
     #: The driver JVM's CPU seconds by thread kind (jvmstat.thread_cpu) and the cycles
     #: completed: when cycle 2 completed, and at the last sample.
     threads_steady: dict[str, float] = field(default_factory=dict)
@@ -451,16 +457,24 @@ def write_class_archive(work: Path) -> Path | None:
 
 
 def time_cli_find_hanging(
-    bootstrap: str, *, engine_port: int, log_path: Path, class_archive: Path | None = None
+    bootstrap: str,
+    *,
+    engine_port: int,
+    log_path: Path,
+    class_archive: Path | None = None,
+    exporter: str | None = None,
 ) -> tuple[float, int]:
     """Wall seconds and exit code of ``kafka-txn-exporter find-hanging`` on the whole cluster
     (exit 1 = found). ``engine_port`` 0: no warm engine probed (the cold local fallback).
-    ``class_archive``: the JVM class archive the local fallback maps (None: none)."""
+    ``class_archive``: the JVM class archive the local fallback maps (None: none).
+    ``exporter``: answered from that exporter's last cycle (``--exporter``); else
+    ``--fresh``: collected and classified by the command."""
     env = {**os.environ, "KAFKA_TXN_EXPORTER_SPARK_CONNECT_PORT": str(engine_port)}
     env.pop("SPARK_REMOTE", None)
     env.pop(CLASS_ARCHIVE_ENV, None)
     if class_archive is not None:
         env[CLASS_ARCHIVE_ENV] = str(class_archive)
+    source = ["--exporter", exporter] if exporter else ["--fresh"]
     started = time.monotonic()
     with log_path.open("ab") as out:
         code = subprocess.run(
@@ -471,6 +485,7 @@ def time_cli_find_hanging(
                 bootstrap,
                 "--max-transaction-timeout",
                 "0",
+                *source,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -581,7 +596,8 @@ def run_variant(
                     result.threads_last, result.cycles_last = threads, last.cycles
             result.python_cpu_s = cpu_seconds(proc.pid) or result.python_cpu_s
             result.jvm_cpu_s = sum(cpu_seconds(p) for p in java) or result.jvm_cpu_s
-            time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+            # Every 0.2 s until the first cycle is published (the first-cycle figure), then 1/s.
+            time.sleep(max(0.0, (1.0 if last.cycles else 0.2) - (time.monotonic() - tick)))
         result.run_s = time.monotonic() - started
         if cli_port and proc.poll() is None:
             # Three runs one after the other: the first is also the first Connect session the
@@ -596,6 +612,21 @@ def run_variant(
             progress(
                 f"[{variant.name}] CLI find-hanging on the warm engine: "
                 + ", ".join(f"{s:.2f} s (exit {code})" for s, code in runs)
+            )
+            answered = [
+                time_cli_find_hanging(
+                    bootstrap,
+                    engine_port=cli_port,
+                    log_path=work / "cli-exporter.log",
+                    exporter=f"http://127.0.0.1:{port}",
+                )
+                for _ in range(CLI_WARM_RUNS)
+            ]
+            result.cli_exporter_s = statistics.median(s for s, _ in answered)
+            result.cli_exporter_exit = max(code for _, code in answered)
+            progress(
+                f"[{variant.name}] CLI find-hanging --exporter (the daemon's last cycle): "
+                + ", ".join(f"{s:.2f} s (exit {code})" for s, code in answered)
             )
     finally:
         stopping = time.monotonic()
@@ -809,6 +840,10 @@ def print_report(
         [fmt(r.cli_warm_s, ".2f") for r in results],
     )
     row("CLI find-hanging, warm engine, first run (s)", [fmt(r.cli_warm_first_s, ".2f") for r in results])
+    row(
+        f"CLI find-hanging --exporter (s, median of {CLI_WARM_RUNS})",
+        [fmt(r.cli_exporter_s, ".2f") for r in results],
+    )
     row("SIGTERM to exit (s)", [fmt(r.stop_s) for r in results])
     row("exit code", [str(r.exit_code) for r in results])
     row("Spark JVMs seen / alive 15 s after exit", [f"{r.jvm_pids}/{r.orphan_jvms}" for r in results])
@@ -889,6 +924,7 @@ def print_figures(results: Sequence[VariantResult], brokers: int, partitions: in
     if warm:
         figure("cli_warm_s", warm[0].cli_warm_s)
         figure("cli_warm_first_s", warm[0].cli_warm_first_s)
+        figure("cli_exporter_s", warm[0].cli_exporter_s)
     figure("cli_cold_s", extra.cli_cold_s)
     figure("cli_cold_archive_s", extra.cli_cold_archive_s)
     if not math.isnan(extra.cli_cold_s) or warm:

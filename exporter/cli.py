@@ -38,6 +38,7 @@ from exporter.config import (
     parse_flag,
 )
 from exporter.exitcodes import ExitCode
+from exporter.logs import setup_command_logging, setup_logging
 from exporter.pipeline.class_archive import CLASS_ARCHIVE_ENV
 
 if TYPE_CHECKING:
@@ -53,33 +54,6 @@ EXIT_INTERNAL = ExitCode.INTERNAL
 EXIT_INTERRUPTED = ExitCode.INTERRUPTED
 
 log = logging.getLogger("exporter")
-
-
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
-            "level": record.levelname,
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
-
-
-def setup_logging(level: str, fmt: str = "text") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(_JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    # The clients are chatty at INFO; their errors reach us as results anyway.
-    for noisy in ("kafka", "py4j"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
 
 
 class SignalStop:
@@ -236,11 +210,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from exporter.daemon.heap import lean_heap
 
     lean_heap()
+    config = _load(args)
+    setup_logging(config.log.level, config.log.format)
+    from exporter.pipeline.launch import launch_early
+
+    launch_early(config.spark)  # the JVM starts while the daemon is imported and built
     from exporter.daemon import Daemon
     from exporter.daemon.listen import ListenError
 
-    config = _load(args)
-    setup_logging(config.log.level, config.log.format)
     stop = SignalStop()
     # Before the first thread starts (the history writer's starts with the Daemon): its
     # imports can then never race another thread's (exporter/daemon/preload.py).
@@ -372,6 +349,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args: argparse.Namespace | None = None
     try:
         args = _parse(argv)
+        if args.command not in ("run", "class-archive"):  # those set it from their config
+            setup_command_logging(getattr(args, "log_level", None) or "warning")
         return int(args.handler(args))
     except ConfigError as e:
         return fail(args, str(e), ExitCode.USAGE)

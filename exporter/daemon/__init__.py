@@ -27,6 +27,7 @@ from prometheus_client import (
 
 from exporter.config import Config, WebConfig
 from exporter.daemon.cycle import ClusterJob, CycleListener
+from exporter.daemon.findings import FINDINGS_PATH, FindingsApi, FindingsIndex
 from exporter.daemon.http import MetricsServer
 from exporter.daemon.listen import ListenError, listen_error_text
 from exporter.daemon.memory_store import MemoryStore
@@ -74,6 +75,9 @@ class Daemon:
         )
         self.registry.register(self._collector)
         self.pipeline = pipeline or PipelineRunner(config.spark, config.pipeline)
+        #: The snapshot facts ``/api/v1/findings`` shows beside each result (a cycle listener).
+        self.findings = FindingsIndex()
+        listeners = (self.findings, *listeners)
         self.history: Any = None
         if config.history is not None:  # the history store is one more cycle listener
             from exporter.history.metrics import HistoryMetrics
@@ -177,9 +181,14 @@ class Daemon:
                 settings=self.web_settings if settings is None else settings,
                 read_timeout_s=web.read_timeout_ms / 1000,
                 workers=web.workers,
+                api={FINDINGS_PATH: self._findings_api()},
             )
         except OSError as e:
             raise ListenError(e.errno, listen_error_text(web, e)) from None
+
+    def _findings_api(self) -> FindingsApi:
+        # Read at each request: reload replaces the store and the config.
+        return FindingsApi(lambda: self.store, lambda: self.config.clusters, self.findings)
 
     def stop(self) -> None:
         """Stop within seconds: no new cycle starts, a cycle in flight has its Kafka clients

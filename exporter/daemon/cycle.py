@@ -9,7 +9,7 @@ three steps for one cluster alone: a round of one.
 
 From :meth:`ClusterJob.begin` to the end of its publication a cluster has one cycle in
 flight; a scheduled cycle that finds the previous one still in flight is skipped (counted,
-and logged once per streak).
+and said once, in the line of the cycle that ends the streak).
 """
 
 from __future__ import annotations
@@ -89,9 +89,12 @@ class ClusterJob:
         self.memory_store: MemoryStore | None = None
         #: Seconds the last collection took (the scheduler's capacity estimate reads it).
         self.last_collect_s: float | None = None
-        #: Scheduled cycles skipped since the last one that ran (logged once per streak).
-        self._skipped_streak = 0
-        #: The last outcome and lost-part kinds logged (a line only when they change).
+        #: Scheduled cycles skipped since the last cycle ended: logged once, when it ends.
+        self._skipped = 0
+        self._finished_once = False
+        self._behind = False
+        #: The last outcome and lost-part kinds (a failure's reason, a lost part's first
+        #: error are logged when they change).
         self._last_outcome: str | None = None
         self._last_lost: tuple[tuple[str, str], ...] = ()
 
@@ -178,12 +181,7 @@ class ClusterJob:
     def begin(self) -> bool:
         """Start a cycle; False (nothing started) when the previous one is still in flight or
         the job is closed. The cycle ends with its publication (or failure)."""
-        if self._stopping.is_set() or not self._running.acquire(blocking=False):
-            return False
-        if self._skipped_streak:
-            log.info("cluster %s: cycles run again after %d skipped", self.cluster.name, self._skipped_streak)
-            self._skipped_streak = 0
-        return True
+        return not self._stopping.is_set() and self._running.acquire(blocking=False)
 
     def _end(self) -> None:
         self._running.release()
@@ -192,20 +190,12 @@ class ClusterJob:
         """End a cycle begun (:meth:`begin`) whose collection never started."""
         self._end()
 
-    def skipped(self, why: str = "the previous cycle is still running") -> None:
-        """A scheduled cycle that did not run, or whose snapshot missed its round: counted
-        every time, logged at the first of a streak."""
+    def skipped(self) -> None:
+        """A scheduled cycle that did not start because the previous one was still in flight,
+        or whose snapshot missed its round: counted now, logged once for the whole streak in
+        the line of the cycle that ends it."""
+        self._skipped += 1
         self._metrics.cycles_skipped.labels(self.cluster.name).inc()
-        if self._skipped_streak == 0:
-            # Before the first cycle ends, skips are the engine's start (seconds): not a warning.
-            log.log(
-                logging.WARNING if self._last_outcome is not None else logging.INFO,
-                "cycle for cluster %s skipped: %s (counted in kafka_txn_exporter_cycles_skipped_total; "
-                "logged again when cycles run again)",
-                self.cluster.name,
-                why,
-            )
-        self._skipped_streak += 1
 
     def collect(self) -> Collection | None:
         """Collect this cycle's snapshot (after :meth:`begin`). On a Kafka failure the cycle
@@ -309,30 +299,38 @@ class ClusterJob:
             self._end()
 
     def fail(self, collection: Collection, why: str) -> None:
-        """The round did not compute this cluster: its cycle failed (up 0, counted, logged
-        with its name when its outcome changes); its last results stay published."""
+        """The round did not compute this cluster: its cycle failed (up 0, counted, its line
+        says why); its last results stay published."""
         self._fail_now(replace(self._store.get(self.cluster.name), up=False), collection.started, why)
 
     def _finish(self, state: ClusterState, outcome: str, started: float, why: str = "") -> None:
-        """Publish ``state`` and count the cycle. Logged when the outcome differs from the
-        last cycle's (a failure at WARNING, with why), else at DEBUG: one line per change."""
+        """Publish ``state``, count the cycle and log it in one line: with the scheduled runs
+        skipped while it was in flight (a warning when the cluster falls behind, not for the
+        first cycle, which waits for the engine to start), and a failure's reason (a warning
+        when the cluster was not failing already)."""
         if self._stopping.is_set():
             return  # a cycle cut short by stop() publishes nothing
         self._store.put(state)
         seconds = time.monotonic() - started
         self._metrics.cycles.labels(self.cluster.name, outcome).inc()
         self._metrics.cycle_duration.labels(self.cluster.name).observe(seconds)
-        changed = self._last_outcome != outcome
+        skipped, self._skipped = self._skipped, 0
+        first, self._finished_once = not self._finished_once, True
+        level, note = logging.INFO, ""
+        if skipped:
+            note = f", longer than its interval: {skipped} scheduled run(s) skipped"
+            if not first and not self._behind:
+                level = logging.WARNING
+            self._behind = not first
+        elif self._behind:
+            self._behind = False
+            note = ", within its interval again"
+        if why:
+            note += f": {why}"
+            if outcome == "failed" and self._last_outcome != "failed":
+                level = logging.WARNING
         self._last_outcome = outcome
-        level = logging.DEBUG if not changed else logging.WARNING if outcome == "failed" else logging.INFO
-        log.log(
-            level,
-            "cycle for cluster %s: %s in %.2f s%s",
-            self.cluster.name,
-            outcome,
-            seconds,
-            f": {why}" if why else "",
-        )
+        log.log(level, "cycle for cluster %s: %s in %.2f s%s", self.cluster.name, outcome, seconds, note)
 
     # --- a cycle of its own -------------------------------------------------------------
 

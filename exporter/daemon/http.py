@@ -45,6 +45,9 @@ QUEUED_REQUESTS = 256
 
 #: (healthy, why): what /healthz and /readyz answer.
 Probe = Callable[[], tuple[bool, str]]
+#: An API endpoint: the query string in, (status, headers, body) out. Served behind basic
+#: auth like /metrics, from published state only.
+Api = Callable[[str], tuple[int, list[tuple[str, str]], bytes]]
 
 MAX_HEAD_BYTES = 16 * 1024
 _HEAD_END = b"\r\n\r\n"
@@ -77,8 +80,10 @@ class MetricsServer:
         read_timeout_s: float = 5.0,
         workers: int = 4,
         max_pending: int = 1024,
+        api: Mapping[str, Api] | None = None,
     ) -> None:
         self.settings = settings or WebSettings()
+        self.api = dict(api or {})
         self.telemetry_path = telemetry_path
         self.health = health
         self.ready = ready
@@ -295,12 +300,16 @@ class MetricsServer:
         if path == self.telemetry_path:
             status, headers, body = self._metrics(handler, url.query)
             handler.reply(status, headers, body, head_only)
+        elif path in self.api:
+            status, headers, body = self.api[path](url.query)
+            handler.reply(status, headers, body, head_only)
         elif path == "/":
             page = (
                 f"<html><head><title>kafka-txn-exporter</title></head><body>"
                 f"<h1>kafka-txn-exporter</h1><p><a href='{self.telemetry_path}'>Metrics</a> "
-                f"<a href='/healthz'>healthz</a> <a href='/readyz'>readyz</a></p>"
-                f"</body></html>"
+                + "".join(f"<a href='{p}'>{p}</a> " for p in self.api)
+                + "<a href='/healthz'>healthz</a> <a href='/readyz'>readyz</a></p>"
+                "</body></html>"
             )
             handler.reply(200, [("Content-Type", "text/html; charset=utf-8")], page.encode(), head_only)
         else:

@@ -248,7 +248,7 @@ class PipelineRunner:
         thread.start()
 
     def _start_session(self, generation: int) -> None:
-        from exporter.pipeline.session import is_embedded, local_jvm_pid, spark_session
+        from exporter.pipeline.session import driver_age_s, is_embedded, local_jvm_pid, spark_session
 
         started = self._clock()
         spark: Any = None
@@ -280,7 +280,7 @@ class PipelineRunner:
             return
         log.info(
             "Spark session ready in %.1f s (%s%s)",
-            self._clock() - started,
+            (pid and driver_age_s()) or self._clock() - started,  # launched early, or here
             self._spark_config.redacted_connect_url or self._spark_config.master,
             f", driver JVM pid {pid}" if pid else "",
         )

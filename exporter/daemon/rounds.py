@@ -19,8 +19,8 @@ computed together, in rounds (one pipeline call for all of them).
   collected); the others are closed after their collection and opened again at the next.
 
 A cluster's cycle is in flight from its collection's start to the end of its publication; a
-tick that finds it in flight skips it (counted, logged once per streak). Memory, state files
-and listeners are per cluster (:mod:`exporter.daemon.cycle`).
+tick that finds it in flight skips it (counted, said once in the line of the cycle that ends
+the streak). Memory, state files and listeners are per cluster (:mod:`exporter.daemon.cycle`).
 """
 
 from __future__ import annotations
@@ -268,8 +268,8 @@ class RoundScheduler:
                 continue
             self._rounds.remove(round_)
             closed = True
-            for job in sorted(waiting, key=lambda j: j.cluster.name):
-                job.skipped("its snapshot was not ready when its round closed; it joins the next round")
+            for job in waiting:  # its snapshot joins a later round
+                job.skipped()
         return closed
 
     # --- computations ---------------------------------------------------------------------

@@ -19,6 +19,8 @@ from typing import Any
 
 from exporter.config import ConfigError, SparkConfig, parse_config, parse_duration_ms, read_text, read_yaml
 from exporter.history.config import HistoryConfig, parse_history_section
+from exporter.logs import add_log_level
+from exporter.progress import progress, stage
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -69,6 +71,7 @@ def add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--to", metavar="TIME", help="window end (default: now)")
     p.add_argument("--format", choices=FORMATS, default="text", help="default: text")
     p.add_argument("--output", metavar="FILE", help="write the report to FILE (atomically) instead of stdout")
+    add_log_level(p)
     p.set_defaults(handler=_cmd_report, report_parser=p)
 
 
@@ -201,12 +204,20 @@ def _cmd_report(args: argparse.Namespace) -> int:
             raise _UsageError(f"{history_flag(args, history)}: {problem}")
     except _UsageError as e:
         parser.error(str(e))  # exit 2, flag named
-    try:
-        report = run_report(
-            history, spark_config, from_ms=from_ms, to_ms=to_ms, cluster=args.cluster, now_ms=now_ms
-        )
-    except NotAHistoryError as e:  # a remote path, checked once Spark runs
-        parser.error(f"{history_flag(args, history)}: {e}")
+    with progress("report"):
+        try:
+            report = run_report(
+                history, spark_config, from_ms=from_ms, to_ms=to_ms, cluster=args.cluster, now_ms=now_ms
+            )
+        except NotAHistoryError as e:  # a remote path, checked once Spark runs
+            parser.error(f"{history_flag(args, history)}: {e}")
+        text = None
+        if not report["empty"]:
+            from exporter.history import render
+
+            stage("rendering")
+            renderers = {"json": render.to_json, "html": render.to_html, "text": render.to_text}
+            text = renderers[args.format](report)
     unreadable = report.get("unreadable_files") or []
     if unreadable:
         print(
@@ -214,7 +225,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
             + (" ..." if len(unreadable) > 3 else ""),
             file=sys.stderr,
         )
-    if report["empty"]:
+    if text is None:
         where = f" for cluster {args.cluster}" if args.cluster else ""
         print(
             f"no history in that window ({report['from']} .. {report['to']}{where}) at "
@@ -222,9 +233,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_OK
-    from exporter.history import render
-
-    text = {"json": render.to_json, "html": render.to_html, "text": render.to_text}[args.format](report)
     if args.output is not None:
         write_atomically(args.output, text)
         print(f"report written to {args.output}", file=sys.stderr)
@@ -251,6 +259,7 @@ def run_report(
     # A session already running in this process (a test's, an embedding program's) is
     # reused by getOrCreate and must not be stopped here.
     existed = SparkContext._active_spark_context is not None
+    stage("starting Spark")
     spark = spark_session(spark_config)
     try:
         store = HistoryStore(spark, history, skip_corrupt=True)

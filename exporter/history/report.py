@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from exporter.history.store import HistoryStore
+from exporter.progress import stage
 
 #: A gap between two cycles longer than this many intervals is a blind spot.
 GAP_CAP_INTERVALS = 2.5
@@ -72,6 +73,7 @@ def build_report(
         if store.skip_corrupt
         else [],
     }
+    stage("reading the cycles")
     cycles = window("cycles").cache()
     try:
         stats = (
@@ -114,10 +116,13 @@ def build_report(
             .alias("weight_ms"),
             F.col("gap_ms"),
         ).cache()
+        stage("exporter health")
         report["health"] = _health(stats, medians, weights, window("errors"))
+        stage("incidents")
         incidents = _incidents(window("transactions"), window("closed"), weights, actions)
         report["incidents"] = incidents
         report["applications"] = _applications(incidents)
+        stage("topics")
         report["topics"] = _topics(window("lso_lag"), weights)
         weights.unpersist()
         return report

@@ -19,15 +19,17 @@ import logging
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from exporter.config import ConfigError
 from exporter.exitcodes import EPILOG, ExitCode
-from exporter.kafka.admin import ClusterAdmin
 from exporter.kafka.errors import KafkaRequestError, KafkaUnavailable
+from exporter.logs import add_log_level
 from exporter.model import COORDINATOR_STATES
-from exporter.operator import actions, hanging, views
+from exporter.operator import exporter_api, hanging, views
 from exporter.operator.connection import (
+    LazyAdmin,
+    LazyModule,
     Target,
     add_connection_flags,
     connection_from_args,
@@ -43,12 +45,20 @@ from exporter.operator.requests import (
     ForceTerminateRequest,
     ListRequest,
     RecoverRequest,
+    Source,
     UsageError,
 )
+from exporter.progress import progress
+
+if TYPE_CHECKING:
+    from exporter.kafka.admin import ClusterAdmin
+    from exporter.operator import actions
+else:  # the Kafka clients load when a command first talks to Kafka, not to answer --help
+    actions = LazyModule("exporter.operator.actions")
 
 LIBRDKAFKA_LOGGER = "exporter.kafka.librdkafka"
 #: A verb: the admin client, the resolved cluster and the verb's typed request.
-Handler = Callable[[ClusterAdmin, Target, Any], int]
+Handler = Callable[["ClusterAdmin", Target, Any], int]
 #: Builds a verb's typed request from its parsed flags (raises UsageError).
 Build = Callable[[argparse.Namespace], Any]
 
@@ -81,6 +91,7 @@ def _parser(
         default="table",
         help="table (Kafka's column names first) or json (default: table)",
     )
+    add_log_level(p)
     p.set_defaults(handler=_runner(name, p, build, handler))
     return p
 
@@ -103,8 +114,8 @@ def _runner(
 
         def work() -> None:
             try:
-                with target.admin() as admin:
-                    outcome["code"] = handler(admin, target, request)
+                with LazyAdmin(target) as admin:
+                    outcome["code"] = handler(cast("ClusterAdmin", admin), target, request)
             except BaseException as e:  # handed to the main thread
                 outcome["error"] = e
 
@@ -116,8 +127,9 @@ def _runner(
         client_log.setLevel(logging.CRITICAL)
         worker.start()
         try:
-            while worker.is_alive():
-                worker.join(0.1)
+            with progress(name):
+                while worker.is_alive():
+                    worker.join(0.1)
         except KeyboardInterrupt:
             writes = getattr(request, "yes", False)
             return _fail(
@@ -141,7 +153,9 @@ def _runner(
             _usage(parser, output, str(error))
         if isinstance(error, actions.Refused):
             return _fail(name, output, str(error), ExitCode.REFUSED)
-        if isinstance(error, actions.CannotVerify | KafkaRequestError | KafkaUnavailable):
+        if isinstance(
+            error, actions.CannotVerify | KafkaRequestError | KafkaUnavailable | exporter_api.ExporterError
+        ):
             return _fail(name, output, str(error), ExitCode.KAFKA)
         raise error
 
@@ -168,6 +182,65 @@ def _non_negative(value: str) -> int:
     return number
 
 
+# --- answers from a running exporter -----------------------------------------------------------
+
+
+def _add_source_flags(p: argparse.ArgumentParser) -> None:
+    source = p.add_mutually_exclusive_group()
+    source.add_argument(
+        "--exporter",
+        metavar="URL",
+        help="answer from the last cycle of the exporter at URL (http[s]://[USER[:PASSWORD]@]HOST:PORT; "
+        f"the password may be in ${exporter_api.EXPORTER_PASSWORD_ENV}). Without it or --fresh, an "
+        f"exporter of the same cluster is looked for (${exporter_api.EXPORTER_URL_ENV}, the "
+        "--config.file's listen port, 127.0.0.1:9851) and used when its last cycle is complete "
+        "and recent",
+    )
+    source.add_argument(
+        "--fresh", action="store_true", help="collect from Kafka and classify now, whatever exporter runs"
+    )
+
+
+def _source(args: argparse.Namespace) -> Source:
+    return Source(exporter=args.exporter, fresh=args.fresh)
+
+
+def _exporter_answer(target: Target, source: Source, fresh_only: str | None) -> exporter_api.Answer | None:
+    """The exporter's answer for ``target``, or None: compute fresh. ``fresh_only`` names the
+    flag an exporter cannot answer (a usage error with ``--exporter``)."""
+    if source.fresh:
+        return None
+    if fresh_only is not None:
+        if source.exporter is not None:
+            raise UsageError(f"--exporter cannot answer {fresh_only}; use --fresh")
+        return None
+    return exporter_api.find_answer(
+        given=source.exporter,
+        cluster_name=target.cluster.name if target.config_file else None,
+        bootstrap=target.cluster.bootstrap_servers,
+        listen_port=target.listen_port,
+    )
+
+
+def _list(admin: ClusterAdmin, target: Target, request: ListRequest) -> int:
+    filtered = [
+        flag
+        for flag, value in (
+            ("--duration-filter", request.duration_filter),
+            ("--transactional-id-pattern", request.transactional_id_pattern),
+        )
+        if value is not None
+    ]
+    answer = _exporter_answer(target, request.source, " or ".join(filtered) or None)
+    if answer is not None and answer.cluster.get("transactions") is not None:
+        return views.list_answer(answer, request)
+    if answer is not None and request.source.exporter is not None:
+        raise exporter_api.ExporterError(
+            f"exporter at {answer.url} has no coordinator listing of its last cycle yet; --fresh reads it now"
+        )
+    return views.list_transactions(admin, request)
+
+
 # --- list, describe, describe-producers ----------------------------------------------------------
 
 
@@ -184,9 +257,11 @@ def _add_list(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             duration_filter=a.duration_filter,
             transactional_id_pattern=a.transactional_id_pattern,
             output=a.output,
+            source=_source(a),
         ),
-        lambda admin, _t, r: views.list_transactions(admin, r),
+        _list,
     )
+    _add_source_flags(p)
     p.add_argument(
         "--state",
         action="append",
@@ -257,6 +332,12 @@ def _add_describe_producers(sub: argparse._SubParsersAction[argparse.ArgumentPar
 
 
 def _find_hanging(admin: ClusterAdmin, target: Target, request: FindHangingRequest) -> int:
+    scoped = (
+        "--broker-id (the exporter knows leaders, not replicas)" if request.broker_id is not None else None
+    )
+    answer = _exporter_answer(target, request.source, scoped)
+    if answer is not None:
+        return hanging.find_hanging_answer(answer, request)
     with hanging.local_spark(target.spark) as spark:
         return hanging.find_hanging(admin, spark, target, request)
 
@@ -277,9 +358,11 @@ def _add_find_hanging(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
             partition=a.partition,
             max_transaction_timeout_min=a.max_transaction_timeout,
             output=a.output,
+            source=_source(a),
         ),
         _find_hanging,
     )
+    _add_source_flags(p)
     scope = p.add_mutually_exclusive_group()
     scope.add_argument(
         "--broker-id",
@@ -386,6 +469,10 @@ def _add_abort(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     _add_confirmation(p)
 
 
+def _force_terminate(admin: ClusterAdmin, target: Target, request: ForceTerminateRequest) -> int:
+    return actions.force_terminate(admin, target, request)
+
+
 def _add_force_terminate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = _parser(
         sub,
@@ -398,7 +485,7 @@ def _add_force_terminate(sub: argparse._SubParsersAction[argparse.ArgumentParser
         lambda a: ForceTerminateRequest(
             a.transactional_id, expected_epoch=a.producer_epoch, yes=a.yes, output=a.output
         ),
-        actions.force_terminate,
+        _force_terminate,
     )
     p.add_argument("--transactional-id", dest="transactional_id", required=True, metavar="ID")
     p.add_argument(
@@ -467,9 +554,13 @@ def _add_recover(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 # --- doctor ------------------------------------------------------------------------------------
 
 
-def _add_doctor(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _doctor(admin: ClusterAdmin, target: Target, request: DoctorRequest) -> int:
     from exporter.operator.doctor import doctor
 
+    return doctor(admin, target, request)
+
+
+def _add_doctor(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = _parser(
         sub,
         "doctor",
@@ -480,7 +571,7 @@ def _add_doctor(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "(ClusterAction for abort, Write on the transactional id for force-terminate), "
         "each with the kafka-acls.sh line that grants it. Exit 1 when one is missing.",
         lambda a: DoctorRequest(topics=tuple(a.topic) if a.topic else None, output=a.output),
-        doctor,
+        _doctor,
     )
     p.add_argument(
         "--topic",

@@ -10,10 +10,13 @@ here too, with the flag named instead of the YAML key.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from exporter.config import (
     CLUSTER,
@@ -25,9 +28,11 @@ from exporter.config import (
     parse_flag,
 )
 from exporter.groups_config import BUILTIN_RULES, AttributionRule
-from exporter.kafka.admin import ClusterAdmin
 from exporter.model import PipelineSettings
 from exporter.operator.requests import Connection, UsageError
+
+if TYPE_CHECKING:
+    from exporter.kafka.admin import ClusterAdmin
 
 __all__ = ["Target", "UsageError", "add_connection_flags", "read_properties", "resolve_target"]
 
@@ -44,13 +49,49 @@ class Target:
     spark: SparkConfig | None = None
     #: Transactional id -> application rules: the config's ``attribution``, else the built-ins.
     attribution: tuple[AttributionRule, ...] = BUILTIN_RULES
+    #: The daemon's listen port (where its last cycle's answers may be asked for).
+    listen_port: int | None = None
 
     def admin(self) -> ClusterAdmin:
+        from exporter.kafka.admin import ClusterAdmin
+
         return ClusterAdmin(
             bootstrap_servers=self.cluster.bootstrap_servers,
             properties=self.cluster.kafka,
             request_timeout_ms=self.cluster.request_timeout_ms,
         )
+
+
+class LazyAdmin:
+    """A command's admin client, made on first use: a command answered without Kafka (from
+    an exporter's last cycle) never makes one, nor loads the Kafka client libraries."""
+
+    def __init__(self, target: Target) -> None:
+        self._target = target
+        self._admin: ClusterAdmin | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._admin is None:
+            self._admin = self._target.admin()
+        return getattr(self._admin, name)
+
+    def __enter__(self) -> LazyAdmin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._admin is not None:
+            self._admin.close()
+
+
+class LazyModule(ModuleType):
+    """A module imported on first attribute access (the Kafka-bound verbs' modules)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self._name), attr)
 
 
 def add_connection_flags(parser: argparse.ArgumentParser) -> None:
@@ -180,4 +221,5 @@ def _from_config_file(conn: Connection) -> Target:
         config_file=conn.config_file,
         spark=config.spark,
         attribution=config.attribution,
+        listen_port=config.web.host_port[1],
     )

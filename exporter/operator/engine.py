@@ -151,6 +151,10 @@ class _LazySession:
         assert self._session is not None
         return self._session
 
+    def wait_ready(self) -> None:
+        """Wait for the engine (raises what its start raised)."""
+        self._wait()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._wait(), name)
 

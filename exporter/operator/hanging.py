@@ -13,34 +13,35 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from exporter import progress
 from exporter.exitcodes import ExitCode
 from exporter.groups_config import GroupsConfig
-from exporter.kafka.admin import ClusterAdmin
-from exporter.kafka.collector import SnapshotCollector
 from exporter.kafka.errors import KafkaRequestError
 from exporter.model import ClusterSnapshot, CycleResult, Finding, TxnClass, UnknownReason
 from exporter.operator.connection import Target
+from exporter.operator.exporter_api import Answer
 from exporter.operator.records import (
     FINDING_COLUMNS,
     Record,
+    error_of,
     error_record,
     error_text,
     finding_record,
-    reason_text,
     rows,
 )
-from exporter.operator.render import emit, human_duration, note
+from exporter.operator.render import emit, human_duration, iso_ms, note
 from exporter.operator.requests import FindHangingRequest
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from exporter.config import SparkConfig
+    from exporter.kafka.admin import ClusterAdmin
 
 log = logging.getLogger(__name__)
 
@@ -95,14 +96,21 @@ def classify(
     partitions (their LSO lag) are computed: the same classification as the daemon's, without
     the metric tables a command does not show; with ``groups``, the consumer-group family too
     (its blocked consumers), on the target's attribution rules."""
+    from exporter.kafka.collector import SnapshotCollector
     from exporter.pipeline.compute import FINDINGS_OUTPUTS, compute
 
+    progress.stage("collecting from Kafka")
     # The collector owns (and closes) its own clients.
     collector = SnapshotCollector(cluster=target.cluster.name, admin=target.admin(), groups=groups)
     try:
         snapshot = collector.collect(partitions=partitions)
     finally:
         collector.close()
+    wait_ready = getattr(spark, "wait_ready", None)  # an engine still starting (engine.py)
+    if wait_ready is not None:
+        progress.stage("starting Spark")
+        wait_ready()
+    progress.stage("classifying")
     now = int(time.time() * 1000)
     settings = replace(target.pipeline, hanging_confirm_cycles=1, max_findings=_NO_CAP)
     outputs = FINDINGS_OUTPUTS | {"groups"} if groups is not None else FINDINGS_OUTPUTS
@@ -140,47 +148,79 @@ def scope_partitions(
 def find_hanging(
     admin: ClusterAdmin, spark: SparkSession, target: Target, request: FindHangingRequest
 ) -> int:
-    max_ms = request.max_transaction_timeout_min * 60_000
+    """Collect and classify now (``--fresh``, or no exporter answered)."""
     partitions = scope_partitions(
         admin, broker_id=request.broker_id, topic=request.topic, partition=request.partition
     )
     if partitions == []:
         note(f"find-hanging: broker {request.broker_id} holds no partition replicas")
     classified = classify(target, spark, partitions=partitions)
-    findings = classified.result.findings
+    records = [classified.record(f) for f in classified.result.findings]
+    errors = [error_record(e) for e in classified.snapshot.errors]
+    source = {"exporter": None, "computed_at": iso_ms(classified.now_ms), "age_s": 0.0}
+    return report(request, records, errors, source)
+
+
+def find_hanging_answer(answer: Answer, request: FindHangingRequest) -> int:
+    """The exporter's last cycle, scoped as Kafka's tool scopes (``--topic``, ``--partition``;
+    ``--broker-id`` is answered fresh: the exporter knows leaders, not replicas)."""
+    records = [
+        r
+        for r in answer.cluster["findings"]
+        if (request.topic is None or r["topic"] == request.topic)
+        and (request.partition is None or r["partition"] == request.partition)
+    ]
+    note(f"find-hanging: {answer.describe()}")
+    suspected = sum(1 for r in records if r["class"] == TxnClass.SUSPECTED_HANGING.value)
+    if suspected:
+        note(
+            f"find-hanging: {suspected} more open transaction(s) looked hanging in that cycle only: "
+            "the exporter confirms them at its next cycle (--fresh confirms at once)"
+        )
+    return report(request, records, list(answer.cycle["errors"] or []), answer.source())
+
+
+def report(
+    request: FindHangingRequest,
+    records: Sequence[Record],
+    errors: Sequence[Record],
+    source: Mapping[str, Any],
+) -> int:
+    """Print what ``find-hanging`` found (``records``: every finding of the cycle, as
+    :func:`~exporter.operator.records.finding_record` makes them) and return the exit code."""
+    max_ms = request.max_transaction_timeout_min * 60_000
     # Kafka's tool compares with ">" too (now - LastTimestamp > max timeout).
-    hanging = [f for f in findings if f.txn_class is TxnClass.HANGING and f.duration_ms > max_ms]
-    unknown = [f for f in findings if f.txn_class is TxnClass.UNKNOWN]
-    errors = classified.snapshot.errors
-    hanging_records = [classified.record(f) for f in hanging]
+    hanging = [r for r in records if r["class"] == TxnClass.HANGING.value and r["age_ms"] > max_ms]
+    unknown = [r for r in records if r["class"] == TxnClass.UNKNOWN.value]
     doc = {
         "max_transaction_timeout_minutes": request.max_transaction_timeout_min,
-        "hanging": hanging_records,
-        "unclassified": [classified.record(f) for f in unknown],
-        "errors": [error_record(e) for e in errors],
+        "hanging": hanging,
+        "unclassified": unknown,
+        "errors": list(errors),
+        "source": dict(source),
     }
-    emit(request.output, doc, rows(FINDING_COLUMNS, hanging_records))
-    younger = sum(1 for f in findings if f.txn_class is TxnClass.HANGING and f.duration_ms <= max_ms)
+    emit(request.output, doc, rows(FINDING_COLUMNS, hanging))
+    younger = sum(1 for r in records if r["class"] == TxnClass.HANGING.value and r["age_ms"] <= max_ms)
     if younger:
         note(
             f"find-hanging: {younger} more hanging transaction(s) younger than "
             f"--max-transaction-timeout {request.max_transaction_timeout_min} (minutes) not shown"
         )
-    for f in unknown:
+    for r in unknown:
         note(
             f"find-hanging: cannot tell whether the open transaction of producer id "
-            f"{f.producer_id} on {f.topic}-{f.partition} (start offset {f.start_offset}, "
-            f"age {human_duration(f.duration_ms)}) is hanging: {reason_text(f)}"
+            f"{r['producer_id']} on {r['topic']}-{r['partition']} (start offset {r['start_offset']}, "
+            f"age {human_duration(r['age_ms'])}) is hanging: {r['reason_text']}"
             + (
                 f"; {INVISIBLE_OWNER_ACL_HINT}"
-                if f.unknown_reason is UnknownReason.OWNER_MAY_BE_INVISIBLE
+                if r["unknown_reason"] == UnknownReason.OWNER_MAY_BE_INVISIBLE.value
                 else ""
             )
         )
     for e in errors:
-        note(f"find-hanging: {error_text(e)}")
+        note(f"find-hanging: {error_text(error_of(e))}")
     if request.output == "table":
-        for record in hanging_records:
+        for record in hanging:
             note(
                 f"find-hanging: {record['topic']}-{record['partition']} start offset "
                 f"{record['start_offset']}: {record['reason_text']}; abort it with: "

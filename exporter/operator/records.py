@@ -10,6 +10,7 @@ from typing import Any
 
 from exporter.model import (
     TWO_PHASE_COMMIT_TIMEOUT_MS,
+    BlockedGroupPartition,
     CollectionError,
     Finding,
     ListedTransaction,
@@ -89,7 +90,30 @@ def finding_record(f: Finding, lso_lag: int | None = None) -> Record:
         "transactional_id": f.transactional_id,
         "coordinator_id": f.coordinator_id if f.coordinator_id >= 0 else None,
         "coordinator_state": f.coordinator_state,
+        "transaction_timeout_ms": f.transaction_timeout_ms if f.transaction_timeout_ms >= 0 else None,
+        "late": f.late,
+        "application": f.application,
         "lso_lag": lso_lag,
+    }
+
+
+def blocked_record(b: BlockedGroupPartition) -> Record:
+    """A consumer group partition held at a transaction's LSO (the blast radius)."""
+    return {
+        "group": b.group,
+        "topic": b.topic,
+        "partition": b.partition,
+        "committed_offset": b.committed_offset,
+        "last_stable_offset": b.last_stable_offset,
+        "high_watermark": b.high_watermark,
+        "blocked_since_ms": b.blocked_since_ms,
+        "blocked_ms": b.blocked_ms,
+        "transactional_id": b.transactional_id,
+        "producer_id": b.producer_id if b.producer_id >= 0 else None,
+        "start_offset": b.start_offset if b.start_offset >= 0 else None,
+        "class": b.txn_class.value if b.txn_class is not None else None,
+        "age_ms": b.txn_duration_ms if b.txn_duration_ms >= 0 else None,
+        "application": b.application,
     }
 
 
@@ -180,6 +204,18 @@ def error_record(e: CollectionError) -> Record:
         "partition": e.partition if e.topic else None,
         "message": e.message or None,
     }
+
+
+def error_of(record: Mapping[str, Any]) -> CollectionError:
+    """The collection error an :func:`error_record` (an exporter's answer) was made from."""
+    return CollectionError(
+        api=record["api"],
+        error=record["error"],
+        broker_id=record["broker_id"],
+        topic=record["topic"] or "",
+        partition=record["partition"] if record["partition"] is not None else -1,
+        message=record["message"] or "",
+    )
 
 
 def error_text(e: CollectionError) -> str:

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
+from exporter import progress
+
 OUTPUTS = ("table", "json")
 
 
@@ -32,6 +34,7 @@ def _cell(value: object) -> str:
 def emit(output: str, document: Mapping[str, Any], text: str, out: TextIO | None = None) -> None:
     """Print ``document`` as JSON or ``text`` as it is."""
     stream = out if out is not None else sys.stdout
+    progress.clear(finished=True)
     if output == "json":
         stream.write(json.dumps(document, indent=2, sort_keys=False) + "\n")
     else:
@@ -40,6 +43,7 @@ def emit(output: str, document: Mapping[str, Any], text: str, out: TextIO | None
 
 def note(message: str) -> None:
     """Messages for the operator, never mixed with the table or JSON on stdout."""
+    progress.clear()
     sys.stderr.write(message.rstrip("\n") + "\n")
 
 

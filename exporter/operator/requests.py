@@ -6,7 +6,7 @@ logic never sees an ``argparse.Namespace``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class UsageError(ValueError):
@@ -26,6 +26,20 @@ class Connection:
 
 
 @dataclass(frozen=True)
+class Source:
+    """Where a read-only verb's answer comes from: the last cycle of a running exporter
+    (``exporter``: its URL, given with ``--exporter``; None: looked for), or Kafka and Spark
+    now (``fresh``, ``--fresh``)."""
+
+    exporter: str | None = None
+    fresh: bool = False
+
+    def __post_init__(self) -> None:
+        if self.exporter is not None and self.fresh:
+            raise UsageError("--exporter and --fresh are mutually exclusive")
+
+
+@dataclass(frozen=True)
 class ListRequest:
     states: tuple[str, ...] = ()
     producer_ids: tuple[int, ...] = ()
@@ -33,6 +47,8 @@ class ListRequest:
     duration_filter: int | None = None
     transactional_id_pattern: str | None = None
     output: str = "table"
+    #: Where the answer comes from (see :class:`Source`).
+    source: Source = field(default_factory=Source)
 
 
 @dataclass(frozen=True)
@@ -56,6 +72,8 @@ class FindHangingRequest:
     partition: int | None = None
     max_transaction_timeout_min: int = 15
     output: str = "table"
+    #: Where the answer comes from (see :class:`Source`).
+    source: Source = field(default_factory=Source)
 
     def __post_init__(self) -> None:
         if self.partition is not None and self.topic is None:

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from exporter.exitcodes import ExitCode
-from exporter.kafka.admin import ClusterAdmin
 from exporter.kafka.errors import KafkaRequestError
 from exporter.model import CollectionError, ProducerState, TransactionDescription
+from exporter.operator.exporter_api import Answer
 from exporter.operator.records import (
     LIST_COLUMNS,
     PRODUCER_COLUMNS,
+    error_of,
     error_record,
     error_text,
     listed_record,
@@ -25,8 +27,11 @@ from exporter.operator.records import (
     rows,
     transaction_record,
 )
-from exporter.operator.render import emit, human_duration, note, table
+from exporter.operator.render import emit, human_duration, iso_ms, note, table
 from exporter.operator.requests import DescribeProducersRequest, DescribeRequest, ListRequest
+
+if TYPE_CHECKING:
+    from exporter.kafka.admin import ClusterAdmin
 
 #: Errors kafka-python reports when a broker lacks the request version a filter needs.
 VERSION_ERRORS = frozenset({"UNSUPPORTED_VERSION", "IncompatibleBrokerVersion"})
@@ -75,9 +80,30 @@ def list_transactions(admin: ClusterAdmin, request: ListRequest) -> int:
     records = [
         listed_record(t) for t in sorted(listed.rows, key=lambda t: (t.coordinator_id, t.transactional_id))
     ]
-    document = {"transactions": records, "errors": [error_record(e) for e in listed.errors]}
+    document = {
+        "transactions": records,
+        "errors": [error_record(e) for e in listed.errors],
+        "source": {"exporter": None, "computed_at": iso_ms(now_ms()), "age_s": 0.0},
+    }
     emit(request.output, document, rows(LIST_COLUMNS, records))
     return report_errors("list", listed.errors)
+
+
+def list_answer(answer: Answer, request: ListRequest) -> int:
+    """The coordinators' listing of the exporter's last cycle, with the state and producer id
+    filters applied here (``--duration-filter`` and ``--transactional-id-pattern`` are
+    answered fresh: the brokers apply them)."""
+    records = [
+        r
+        for r in answer.cluster["transactions"]
+        if (not request.states or r["state"] in request.states)
+        and (not request.producer_ids or r["producer_id"] in request.producer_ids)
+    ]
+    errors = [e for e in answer.cycle["errors"] or [] if e["api"] == "ListTransactions"]
+    note(f"list: {answer.describe()}")
+    document = {"transactions": records, "errors": errors, "source": answer.source()}
+    emit(request.output, document, rows(LIST_COLUMNS, records))
+    return report_errors("list", [error_of(e) for e in errors])
 
 
 def _version_need(duration: int | None, pattern: str | None) -> str:

@@ -27,21 +27,22 @@ import re
 import shlex
 import signal
 import socket
+import subprocess
 import tempfile
 import threading
+import time
 import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pyspark.sql import DataFrame, SparkSession
 
 from exporter.config import SparkConfig, is_secret_spark_setting
+from exporter.logs import JVM_LOGGER, jvm_line_level
 from exporter.pipeline.class_archive import archive_options, mapped_archive, refuse_archive
 
 log = logging.getLogger(__name__)
-# py4j logs every connection a pipeline thread opens and closes at INFO.
-logging.getLogger("py4j").setLevel(logging.WARNING)
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 #: The smallest ``spark.driver_memory`` Spark's memory manager accepts: it reserves 300 MiB of
@@ -279,14 +280,14 @@ def spark_session(config: SparkConfig, *, short_lived: bool = False) -> SparkSes
     for key, value in conf.items():
         if key not in secrets:
             builder = builder.config(key, value)
-    if is_embedded(config):
-        # The embedded driver binds to loopback; without this Spark looks up the host name.
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        for key, value in LOCAL_JVM_ENV.items():  # inherited by the JVM PySpark starts
-            os.environ.setdefault(key, value)
-    log.info("starting Spark session on %s", where)
+    embedded = is_embedded(config)
+    if not embedded:
+        log.info("starting Spark session on %s", where)
     try:
-        with secrets_file(secrets):
+        if embedded:
+            launch_driver(driver_conf(config, short_lived=short_lived))  # unless launched early
+        # The embedded driver got its secrets at launch; another classic one gets them here.
+        with secrets_file({} if embedded else secrets):
             session = builder.getOrCreate()
     except Exception as e:
         archive = mapped_archive(config) if is_embedded(config) else None
@@ -302,6 +303,82 @@ def spark_session(config: SparkConfig, *, short_lived: bool = False) -> SparkSes
         session.sparkContext.setLogLevel("ERROR")
         cache_function_lookups(session)
     return session
+
+
+def driver_conf(config: SparkConfig, *, short_lived: bool = False) -> dict[str, str]:
+    """What ``spark-submit`` is given to launch the embedded driver described by ``config``."""
+    return {
+        "spark.master": config.master,
+        "spark.app.name": config.app_name,
+        **session_conf(config, short_lived=short_lived),
+    }
+
+
+#: When the current embedded driver was launched (``time.monotonic()``), None: none.
+_launched_at: list[float] = []
+
+
+def driver_age_s() -> float | None:
+    """Seconds since the current embedded driver JVM was launched (None: not launched)."""
+    return time.monotonic() - _launched_at[-1] if _launched_at else None
+
+
+#: Held while this process launches a driver JVM (never around a Spark call).
+_launch_lock = threading.Lock()
+
+
+def launch_driver(conf: Mapping[str, str]) -> None:
+    """Launch the embedded driver JVM as PySpark would (``spark-submit`` with ``conf``), unless
+    one runs, but with its standard output and error on a pipe: :func:`relay_driver_output`
+    logs its lines (``exporter.pipeline.jvm``), so that its start-up banner is not printed on
+    the daemon's log or the CLI's stderr at the default level, and nothing of it reaches the
+    CLI's standard output (a JSON document). ``getOrCreate`` then finds the gateway ready.
+
+    The secret settings (:func:`~exporter.config.is_secret_spark_setting`) go through
+    :func:`secrets_file`, never on spark-submit's command line."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with _launch_lock:
+        if SparkContext._gateway is not None:
+            return
+        # The embedded driver binds to loopback; without this Spark looks up the host name.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        for key, value in LOCAL_JVM_ENV.items():  # inherited by the JVM PySpark starts
+            os.environ.setdefault(key, value)
+        log.info("starting Spark session on %s", conf.get("spark.master", "local"))
+        _launched_at[:] = [time.monotonic()]
+        secrets = {k: v for k, v in conf.items() if is_secret_spark_setting(k)}
+        spark_conf = SparkConf()
+        for key, value in conf.items():
+            if key not in secrets:
+                spark_conf.set(key, value)
+        with secrets_file(secrets):
+            gateway = launch_gateway(  # type: ignore[no-untyped-call]
+                spark_conf, popen_kwargs={"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+            )
+        with SparkContext._lock:
+            SparkContext._gateway = gateway
+            SparkContext._jvm = gateway.jvm
+    proc = getattr(gateway, "proc", None)
+    if proc is not None and proc.stdout is not None:
+        threading.Thread(
+            target=relay_driver_output, args=(proc.stdout,), name="spark-driver-output", daemon=True
+        ).start()
+
+
+def relay_driver_output(stream: IO[bytes]) -> None:
+    """Log every line the driver JVM writes, at the level :func:`exporter.logs.jvm_line_level`
+    gives it, until the JVM closes its end. Reading never stops early: a full pipe would
+    block the JVM."""
+    jvm_log = logging.getLogger(JVM_LOGGER)
+    level = logging.WARNING
+    with contextlib.suppress(Exception), stream:
+        for raw in iter(stream.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip()
+            if line:
+                level = jvm_line_level(line, level)
+                jvm_log.log(level, "%s", line)
 
 
 #: How PySpark is told to launch spark-submit (its extra arguments; "pyspark-shell" alone
@@ -512,6 +589,7 @@ def kill_local(pid: int | None = None) -> None:
     SparkSession._instantiatedSession = None
     SparkSession._activeSession = None
     SQLContext._instantiatedContext = None
+    _launched_at.clear()
 
 
 def stop(session: SparkSession | None) -> None:

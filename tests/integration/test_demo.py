@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -65,7 +66,19 @@ def test_demo_shows_the_hanging_transaction_and_stops_on_ctrl_c(tmp_path: Path) 
                 text = _metrics(port)
             assert 'topic="orders"' in text
             assert 'kafka_txn_exporter_up{kafka_cluster="demo"} 1.0' in text
-            assert "Metrics:  http://127.0.0.1" in log_path.read_text()
+            shown = log_path.read_text()
+            assert f"The exporter serves http://127.0.0.1:{port}/metrics and" in shown
+            # One status line per cycle, without curl; the next steps once it is found.
+            assert re.search(r"\d\d:\d\d:\d\d cycle 1 \(", shown), shown
+            deadline = time.monotonic() + 60
+            while "Found the hanging transaction" not in shown and time.monotonic() < deadline:
+                time.sleep(1)
+                shown = log_path.read_text()
+            assert re.search(r"cycle \d+ \([^)]*\): HANGING orders-1 offset \d+", shown), shown
+            assert "Found the hanging transaction" in shown
+            # Nothing but the demo's own lines: no library, JVM or Spark banner.
+            for noise in ("apscheduler", "Using incubator modules", "Setting default log level", "INFO"):
+                assert noise not in shown, noise
             children = _java_children(demo.pid)
             demo.send_signal(signal.SIGINT)
             time.sleep(0.05)

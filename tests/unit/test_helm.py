@@ -1077,6 +1077,33 @@ def test_a_cluster_file_in_values_takes_the_keys_of_a_clusters_entry() -> None:
     assert cluster_file == {**entry, "required": [r for r in entry["required"] if r != "name"]}
 
 
+def test_the_exporter_container_tells_the_cli_where_its_last_cycle_is_answered(
+    helm: str, pod_spec: Manifest
+) -> None:
+    """``kubectl exec`` into the container: find-hanging and list find the exporter there (the
+    same container spec serves the sidecar mode)."""
+
+    def url(container: Manifest) -> str:
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        return str(env["KAFKA_TXN_EXPORTER_URL"])
+
+    assert url(exporter_container(pod_spec)) == "http://127.0.0.1:9851"
+    tls = render(
+        helm,
+        sets=[
+            "webConfig.secretName=kte-web",
+            "webConfig.tlsSecretName=kte-web-tls",
+            "webConfig.tls=true",
+            "port=9900",
+            "extraEnv[0].name=X",
+            "extraEnv[0].value=y",
+        ],
+    )
+    container = exporter_container(one(tls, "Deployment")["spec"]["template"]["spec"])
+    assert url(container) == "https://127.0.0.1:9900"
+    assert {"name": "X", "value": "y"} in container["env"]  # the chart's own beside the user's
+
+
 def test_connect_mode_runs_the_thin_image(helm: str) -> None:
     """spark.mode connect: the exporter starts no JVM, so its container runs the Dockerfile's
     thin target (the Spark Connect client only), tagged as the full image plus -thin."""

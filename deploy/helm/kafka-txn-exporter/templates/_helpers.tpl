@@ -210,10 +210,14 @@ initialDelaySeconds: {{ . }}
     - --web.config.file
     - {{ include "kafka-txn-exporter.webConfigDir" . }}/{{ .Values.webConfig.key }}
     {{- end }}
-  {{- with .Values.extraEnv }}
   env:
+    # `kubectl exec` into this container: find-hanging and list answer from this exporter's
+    # last cycle (with TLS or basic auth, add KAFKA_TXN_EXPORTER_CA_FILE and credentials).
+    - name: KAFKA_TXN_EXPORTER_URL
+      value: {{ printf "%s://127.0.0.1:%v" (.Values.webConfig.tls | ternary "https" "http") .Values.port | quote }}
+    {{- with .Values.extraEnv }}
     {{- toYaml . | nindent 4 }}
-  {{- end }}
+    {{- end }}
   ports:
     - name: metrics
       containerPort: {{ .Values.port }}
