@@ -96,7 +96,8 @@ def _health() -> Section:
                 kind="timeseries",
                 title="Cycles skipped",
                 shows="Collection cycles skipped per second because the previous cycle was "
-                "still running (kafka_txn_exporter_cycles_skipped_total).",
+                "still running or the snapshot missed its round "
+                "(kafka_txn_exporter_cycles_skipped_total).",
                 when_red=f"A sustained rate: follow {runbook('KafkaTxnExporterCyclesSkipped')}.",
                 unit="ops",
                 queries=(

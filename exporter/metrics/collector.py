@@ -68,8 +68,10 @@ class ExporterMetrics:
         self.cycles_skipped = Counter(
             f"{PREFIX}_exporter_cycles_skipped",
             "Scheduled cycles that did not run because the previous cycle of the cluster was "
-            "still running (a cycle is cut at its deadline, so this stays at 0 unless the "
-            "interval is shorter than a cycle can be).",
+            "still running, or whose snapshot was not ready when its round was computed (it "
+            "joins a later round). A collection is cut at its deadline, so this stays at 0 "
+            "unless the interval is shorter than a cycle can be or the process has more "
+            "clusters than it can cycle.",
             [cluster_label],
             registry=registry,
         )
