@@ -819,10 +819,13 @@ def _cycles_skipped(t: Thresholds, x: _Text) -> Alert:
         description=(
             "{{ $value | humanize }} collection cycles of cluster " + x.cluster + " were "
             f"skipped in the last {t.cycles_skipped_window} because the previous cycle "
-            "was still running: a cycle takes longer than the collection interval. Data "
-            "gets older than the interval promises. Raise the cluster's interval, narrow "
-            "topics.allow, or give the exporter more CPU; the exporter dashboard's stage "
-            "durations show the slow part."
+            "was still running or its snapshot was not ready when its round closed: a "
+            "cycle takes longer than the collection interval, or the process has more "
+            "clusters than it can cycle (the start-up log says so). Data gets older than "
+            "the interval promises. Raise the cluster's interval, narrow topics.allow, "
+            "raise collection.workers, give the exporter more CPU, or split the clusters "
+            "over several exporters; the exporter dashboard's stage durations show the "
+            "slow part."
         ),
     )
 

@@ -402,7 +402,10 @@ def write_config(
     *,
     connect_url: str | None = None,
     cli_port: int | None = None,
+    bootstraps: Sequence[str] = (),
 ) -> Path:
+    """The daemon's config; ``bootstraps``: cluster i's bootstrap servers (default: every
+    cluster on ``bootstrap``)."""
     spark: dict[str, object] = {"local_dir": str(directory / "spark")}
     if variant.connect:
         assert connect_url
@@ -418,11 +421,11 @@ def write_config(
         "clusters": [
             {
                 "name": name,
-                "bootstrap_servers": bootstrap,
+                "bootstrap_servers": bootstraps[i] if bootstraps else bootstrap,
                 "interval": f"{interval_s}s",
                 "request_timeout": f"{max(1.0, interval_s - 1)}s",
             }
-            for name in variant.cluster_names
+            for i, name in enumerate(variant.cluster_names)
         ],
     }
     path = directory / f"config-{variant.name}.yml"
@@ -550,14 +553,23 @@ def run_variant(
     work: Path,
     connect_url: str | None = None,
     class_archive: Path | None = None,
+    bootstraps: Sequence[str] = (),
 ) -> VariantResult:
-    """One daemon run; ``class_archive``: the archive a ``+archive`` variant maps."""
+    """One daemon run; ``class_archive``: the archive a ``+archive`` variant maps;
+    ``bootstraps``: one cluster each (default: every cluster on ``bootstrap``)."""
     if variant.archive and class_archive is None:
         raise ValueError(f"variant {variant.name}: no class archive was written")
     port = free_port()
     cli_port = free_port() if variant.cli and not variant.connect else None
     config = write_config(
-        work, bootstrap, port, variant, interval_s, connect_url=connect_url, cli_port=cli_port
+        work,
+        bootstrap,
+        port,
+        variant,
+        interval_s,
+        connect_url=connect_url,
+        cli_port=cli_port,
+        bootstraps=bootstraps,
     )
     result = VariantResult(variant, log_path=str(work / f"daemon-{variant.name}.log"))
     first = variant.cluster_names[0]

@@ -12,6 +12,13 @@ resident memory (the Python process and, in local mode, the JVM it started).
     .venv/bin/python bench/pipeline_bench.py --conf spark.sql.shuffle.partitions=1
     .venv/bin/python bench/pipeline_bench.py --connect --sizes 1000 10000   # over Spark Connect
 
+``--fleet 10 50 100`` adds a synthetic fleet (issue 37): that many clusters of
+``--fleet-partitions`` partitions each (one synthetic snapshot per cluster, each its own
+seed), computed as ONE round (:func:`exporter.pipeline.rounds.compute_round`: one plan, one
+action) and, in the same run, cluster by cluster (a loop of ``compute``: one plan per
+cluster, the design before rounds): seconds per round, the per-cluster share, and the RSS
+after the round.
+
 "Warm" is the few runs after a size's first: what the daemon's first minutes look like. The
 JIT keeps compiling Spark's analyser and optimiser for many cycles after that (thousands of
 methods, each called a few times a cycle, cross its thresholds one by one), so the bench then
@@ -48,12 +55,14 @@ from exporter.model import (
     CycleResult,
     ListedTransaction,
     PartitionOffsets,
+    PipelineMemory,
     PipelineSettings,
     ProducerState,
     TopicPartition,
     TransactionDescription,
 )
 from exporter.pipeline.compute import ComputeStats, compute
+from exporter.pipeline.rounds import ClusterRun, RoundResult, compute_round
 from exporter.pipeline.session import spark_session, stop
 from exporter.pipeline.tables import SNAPSHOT_TABLES, Handover, Tables
 from testbed.broker import free_port
@@ -72,7 +81,7 @@ LATE_SHARE = 0.02
 TWO_PHASE_SHARE = 0.005
 
 
-def synthetic_snapshot(partitions: int, seed: int = 7) -> ClusterSnapshot:
+def synthetic_snapshot(partitions: int, seed: int = 7, cluster: str = "bench") -> ClusterSnapshot:
     rng = random.Random(seed)
     brokers = tuple(Broker(b, f"broker-{b}", 9092) for b in range(1, BROKERS + 1))
     offsets: list[PartitionOffsets] = []
@@ -138,7 +147,7 @@ def synthetic_snapshot(partitions: int, seed: int = 7) -> ClusterSnapshot:
             )
         offsets.append(PartitionOffsets(topic, p, leader, hw, lso))
     return ClusterSnapshot(
-        cluster="bench",
+        cluster=cluster,
         taken_at_ms=NOW,
         brokers=brokers,
         broker_configs=tuple(BrokerConfig(b.broker_id) for b in brokers),
@@ -287,6 +296,61 @@ def steady(spark: SparkSession, partitions: int, cycles: int, runs: int) -> Stea
     )
 
 
+@dataclass
+class Fleet:
+    clusters: int
+    partitions: int
+    #: Seconds of the warm rounds (median) and of one loop of compute() over the same fleet.
+    round_s: float
+    loop_s: float
+    actions: int
+    python_rss_mb: float
+    jvm_rss_mb: float
+
+    @property
+    def share_s(self) -> float:
+        return self.round_s / self.clusters
+
+
+def fleet(spark: SparkSession, clusters: int, partitions: int, runs: int) -> Fleet:
+    """A round of ``clusters`` synthetic clusters (a first round, then ``runs`` timed ones,
+    memory carried), and the same fleet computed cluster by cluster (one loop, timed)."""
+    snaps = [synthetic_snapshot(partitions, seed=7 + i, cluster=f"bench-{i}") for i in range(clusters)]
+    settings = PipelineSettings()
+    memory: dict[str, PipelineMemory | None] = {s.cluster: None for s in snaps}
+
+    def one_round(at_ms: int) -> RoundResult:
+        outcome = compute_round(spark, [ClusterRun(s, memory[s.cluster], at_ms, settings) for s in snaps])
+        if outcome.failures:
+            raise RuntimeError(
+                f"round failed for {sorted(outcome.failures)[:3]}: {next(iter(outcome.failures.values()))}"
+            )
+        memory.update({name: result.memory for name, result in outcome.results.items()})
+        return outcome
+
+    one_round(NOW)
+    times, outcome = [], None
+    for i in range(runs):
+        started = time.perf_counter()
+        outcome = one_round(NOW + (i + 1) * 30_000)
+        times.append(time.perf_counter() - started)
+    assert outcome is not None
+    python_rss, jvm_rss = _rss_mb(os.getpid()), sum(_rss_mb(pid) for pid in _jvm_pids())
+    started = time.perf_counter()
+    for s in snaps:
+        compute(spark, s, settings, memory[s.cluster], NOW + (runs + 1) * 30_000)
+    loop_s = time.perf_counter() - started
+    return Fleet(
+        clusters=clusters,
+        partitions=partitions,
+        round_s=statistics.median(times),
+        loop_s=loop_s,
+        actions=outcome.stats.actions,
+        python_rss_mb=python_rss,
+        jvm_rss_mb=jvm_rss,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
@@ -312,6 +376,19 @@ def main() -> None:
     )
     parser.add_argument("--steady-size", type=int, default=10_000)
     parser.add_argument("--steady-runs", type=int, default=10, help="timed cycles of the steady state")
+    parser.add_argument(
+        "--fleet",
+        type=int,
+        nargs="*",
+        default=[],
+        metavar="CLUSTERS",
+        help="fleet rounds of this many clusters",
+    )
+    parser.add_argument(
+        "--fleet-partitions", type=int, default=10_000, help="partitions per cluster of a fleet"
+    )
+    parser.add_argument("--fleet-runs", type=int, default=2, help="timed rounds per fleet (after a first)")
+    parser.add_argument("--skip-sizes", action="store_true", help="only the fleet (and the steady state)")
     args = parser.parse_args()
 
     conf = dict(item.split("=", 1) for item in args.conf)
@@ -321,7 +398,8 @@ def main() -> None:
     )
     spark = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").create() if port else server
     try:
-        rows = [bench(spark, n, args.runs) for n in args.sizes]
+        rows = [] if args.skip_sizes else [bench(spark, n, args.runs) for n in args.sizes]
+        fleets = [fleet(spark, n, args.fleet_partitions, args.fleet_runs) for n in args.fleet]
         settled = (
             steady(spark, args.steady_size, args.steady_cycles, args.steady_runs)
             if args.steady_cycles > 0 and not args.connect
@@ -361,11 +439,32 @@ def main() -> None:
             f"nothing computed: {settled.floor_s:.2f} s (median of {args.steady_runs}); the cycle's "
             f"classification and outputs add {settled.median_s - settled.floor_s:.2f} s"
         )
+    if fleets:
+        print(
+            f"\nfleet: {args.fleet_partitions} partitions per cluster, one round (one plan, one action) "
+            "beside the same fleet cluster by cluster (a loop of compute)"
+        )
+        print(
+            f"{'clusters':>8} {'round_s':>8} {'share_s':>8} {'actions':>7} {'loop_s':>8} "
+            f"{'loop_share_s':>12} {'py_rss_mb':>9} {'jvm_rss_mb':>10}"
+        )
+        for f in fleets:
+            print(
+                f"{f.clusters:>8} {f.round_s:>8.2f} {f.share_s:>8.3f} {f.actions:>7} {f.loop_s:>8.2f} "
+                f"{f.loop_s / f.clusters:>12.3f} {f.python_rss_mb:>9.0f} {f.jvm_rss_mb:>10.0f}"
+            )
+        print(f"driver memory: {args.driver_memory}; load average at the end: {os.getloadavg()[0]:.1f}")
     print()
     name = "pipeline_connect" if args.connect else "pipeline"
     for r in rows:  # read by bench/run.py for its targets table
         print(f"FIGURE\t{name}_warm_s@{r.partitions}\t{r.median_s:.4g}")
         print(f"FIGURE\t{name}_actions@{r.partitions}\t{r.actions}")
+    for f in fleets:
+        where = f"{f.clusters}x{f.partitions}"
+        print(f"FIGURE\t{name}_fleet_round_s@{where}\t{f.round_s:.4g}")
+        print(f"FIGURE\t{name}_fleet_share_s@{where}\t{f.share_s:.4g}")
+        print(f"FIGURE\t{name}_fleet_loop_share_s@{where}\t{f.loop_s / f.clusters:.4g}")
+        print(f"FIGURE\t{name}_fleet_rss_mib@{where}\t{f.python_rss_mb + f.jvm_rss_mb:.4g}")
     if settled is not None:
         print(f"FIGURE\t{name}_steady_s@{settled.partitions}\t{settled.median_s:.4g}")
         jit = settled.jvm_cpu_s["JIT compiler"]

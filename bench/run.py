@@ -6,6 +6,8 @@ In order, each as a subprocess with a time limit, its output streamed as it come
    and at 10k in the steady state (20 cycles later: the JIT still compiles for that long),
    with the driver JVM's CPU by thread kind; then the same at 10k/100k as a Spark Connect
    client of a local driver;
+   then a synthetic fleet (10, 50, 100 clusters x 10k partitions) as ONE round and, in the
+   same run, cluster by cluster;
 2. ``bench/history_bench.py``: the history store's write cost and reports;
 3. ``bench/onset_to_page.py``: from the onset of a hanging transaction (made now) to its
    ``hanging`` class on /metrics and to ``KafkaTransactionHanging`` firing in a real
@@ -19,7 +21,10 @@ In order, each as a subprocess with a time limit, its output streamed as it come
 7. the same at 10k partitions for 5+ minutes, without and with the class archive: RSS peak
    and slope after minute 2;
 8. the same on 3 brokers / 10k partitions: the daemon's cycle against Kafka's find-hanging;
-9. ``bench/image_sizes.py``: the sizes of the images built (tests/image builds them).
+9. ``bench/fleet_bench.py``: a round of 1, 3 and 5 real single-broker clusters (3000 down to
+   1000 partitions) in one daemon, against one cluster's cycle and against Kafka's
+   find-hanging run once per cluster;
+10. ``bench/image_sizes.py``: the sizes of the images built (tests/image builds them).
 
 Then one table: each figure beside its target and its anchor (the figure before this work,
 from the issue). Scripts report figures as ``FIGURE<TAB>name<TAB>value`` lines.
@@ -46,6 +51,10 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 
 
+#: The embedded driver's memory for a round of 100 clusters x 10k partitions (1M partitions).
+FLEET_DRIVER = "1g"
+
+
 @dataclass(frozen=True)
 class Step:
     name: str
@@ -70,6 +79,36 @@ STEPS = (
         ("--connect", "--sizes", "10000", "100000"),
         ("--connect", "--sizes", "10000", "--runs", "3"),
         900.0,
+    ),
+    # A fleet in one round (one plan, one action) beside the same fleet cluster by cluster.
+    # The driver's heap is the fleet size's (docs/operations.md, sizing).
+    Step(
+        "pipeline fleet",
+        "pipeline_bench.py",
+        (
+            "--skip-sizes",
+            "--steady-cycles",
+            "0",
+            "--fleet",
+            "10",
+            "50",
+            "100",
+            "--driver-memory",
+            FLEET_DRIVER,
+        ),
+        (
+            "--skip-sizes",
+            "--steady-cycles",
+            "0",
+            "--fleet",
+            "10",
+            "20",
+            "--fleet-runs",
+            "1",
+            "--driver-memory",
+            FLEET_DRIVER,
+        ),
+        1800.0,
     ),
     Step("history", "history_bench.py", (), ("--skip", "report"), 900.0),
     # A real Prometheus evaluating the generated rules: minutes at the default 30 s interval.
@@ -179,6 +218,15 @@ STEPS = (
         ),
         1500.0,
     ),
+    # A round of five is slow until the pipeline plans a round at once: give it time for
+    # several rounds after the first (which includes the JVM's start).
+    Step(
+        "fleet",
+        "fleet_bench.py",
+        ("--max-duration", "480"),
+        ("--partitions", "1000,800,600", "--rounds", "1,3", "--duration", "40", "--min-cycles", "4"),
+        3000.0,
+    ),
     # The sizes of the images tests/image (or python -m testbed.image build) built; builds none.
     Step("images", "image_sizes.py", (), (), 120.0),
 )
@@ -195,6 +243,26 @@ TARGETS: tuple[tuple[str, tuple[str, ...], tuple[str, float] | None, str], ...] 
     ("pipeline steady, 10k, 20 cycles later (s)", ("pipeline_steady_s@10000",), ("<=", 0.5), "-"),
     ("  JIT compiler CPU per steady cycle (s)", ("pipeline_steady_jit_cpu_s@10000",), None, "-"),
     ("  floor: tables in, one action out (s)", ("pipeline_floor_s@10000",), None, "-"),
+    ("fleet round, 10 x 10k partitions (s)", ("pipeline_fleet_round_s@10x10000",), None, "-"),
+    ("  per cluster (s)", ("pipeline_fleet_share_s@10x10000",), None, "-"),
+    ("  per cluster, cluster by cluster (s)", ("pipeline_fleet_loop_share_s@10x10000",), None, "-"),
+    ("fleet round, 50 x 10k partitions (s)", ("pipeline_fleet_round_s@50x10000",), None, "-"),
+    (
+        "  per cluster (s)",
+        ("pipeline_fleet_share_s@50x10000", "pipeline_fleet_share_s@20x"),
+        ("<=", 0.1),
+        "-",
+    ),
+    (
+        "  per cluster, cluster by cluster (s)",
+        ("pipeline_fleet_loop_share_s@50x10000",),
+        None,
+        "1.68 (1 cluster)",
+    ),
+    ("fleet round, 100 x 10k partitions (s)", ("pipeline_fleet_round_s@100x10000",), ("<=", 10.0), "-"),
+    ("  per cluster (s)", ("pipeline_fleet_share_s@100x10000",), ("<=", 0.1), "-"),
+    ("  per cluster, cluster by cluster (s)", ("pipeline_fleet_loop_share_s@100x10000",), None, "-"),
+    ("  RSS, driver and Python (MiB)", ("pipeline_fleet_rss_mib@100x10000",), ("<=", 1536), "-"),
     ("pipeline warm on Spark Connect, 10k (s)", ("pipeline_connect_warm_s@10000",), None, "2.4-2.5"),
     ("pipeline warm on Spark Connect, 100k (s)", ("pipeline_connect_warm_s@100000",), None, "22 (10-35)"),
     (
@@ -291,7 +359,18 @@ TARGETS: tuple[tuple[str, tuple[str, ...], tuple[str, float] | None, str], ...] 
         ("<=", 12.0),
         "22",
     ),
-    ("5 clusters' round / 1 cluster's cycle", ("clusters5_round_vs_one@",), ("<=", 2.0), "-"),
+    ("5 clusters' round / 1 cluster's cycle", ("clusters5_round_vs_one@",), ("<=", 1.3), "2.3-3.4x"),
+    ("fleet: 1 cluster's cycle, 3000 p. (s)", ("fleet_round_s@1",), None, "-"),
+    ("fleet: 3 real clusters' round / 1's cycle", ("fleet_round_vs_one@3",), None, "-"),
+    ("fleet: 5 real clusters' round / 1's cycle", ("fleet_round_vs_one@5",), ("<=", 1.3), "2.3-3.4x"),
+    ("fleet: 5 clusters' round (s)", ("fleet_round_s@5",), None, "-"),
+    (
+        "fleet: 5 clusters' round / find-hanging x5",
+        ("fleet_round_vs_find_hanging@5",),
+        ("<=", 0.3),
+        "-",
+    ),
+    ("fleet: RSS peak, 5 clusters (MiB)", ("fleet_rss_peak_mib@5",), None, "-"),
     (
         "groups add to the daemon's cycle, 1000 x 100 (s)",
         ("groups_added_s@1000x100", "groups_added_s@"),

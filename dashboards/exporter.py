@@ -95,7 +95,8 @@ def _health() -> Section:
                 kind="timeseries",
                 title="Cycles skipped",
                 shows="Collection cycles skipped per second because the previous cycle was "
-                f"still running ({m.EXPORTER_CYCLES_SKIPPED}).",
+                "still running or the snapshot missed its round "
+                f"({m.EXPORTER_CYCLES_SKIPPED}).",
                 when_red=f"A sustained rate: follow {runbook('KafkaTxnExporterCyclesSkipped')}.",
                 unit="ops",
                 queries=(

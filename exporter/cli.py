@@ -167,10 +167,18 @@ def _load_with_web(args: argparse.Namespace) -> tuple[Config, WebSettings]:
     return config, web
 
 
+#: check-config names this many clusters, then counts the rest.
+CHECK_CONFIG_NAMES = 10
+
+
 def _cmd_check_config(args: argparse.Namespace) -> int:
     config = _load(args)
-    names = ", ".join(c.name for c in config.clusters)
-    print(f"{args.config_file}: ok ({len(config.clusters)} cluster(s): {names})")
+    names = [c.name for c in config.clusters]
+    shown = ", ".join(names[:CHECK_CONFIG_NAMES])
+    if len(names) > CHECK_CONFIG_NAMES:
+        shown += f" and {len(names) - CHECK_CONFIG_NAMES} more"
+    files = f", cluster files from {config.cluster_files}" if config.cluster_files else ""
+    print(f"{args.config_file}: ok ({len(names)} cluster(s): {shown}{files})")
     return ExitCode.OK
 
 

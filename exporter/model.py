@@ -400,6 +400,17 @@ class PartitionMetrics:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicMetrics:
+    """One topic: its partitions' largest LSO lag, its oldest open transaction's age (None:
+    none open) and how many of its partitions have an open transaction."""
+
+    topic: str
+    max_last_stable_offset_lag: int
+    max_active_transaction_duration_ms: int | None
+    partitions_with_open_transactions: int
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerMetrics:
     broker_id: int
     partitions_with_late_transactions: int
@@ -562,6 +573,8 @@ class CycleResult:
     partitions: tuple[PartitionMetrics, ...] = ()
     brokers: tuple[BrokerMetrics, ...] = ()
     coordinators: tuple[CoordinatorMetrics, ...] = ()
+    #: Every topic of the partition table, whatever ``lso_lag_series`` says.
+    topics: tuple[TopicMetrics, ...] = ()
     findings: tuple[Finding, ...] = ()
     open_transactions_by_class: tuple[tuple[TxnClass, int], ...] = ()
     open_transactions_unknown: tuple[tuple[UnknownReason, int], ...] = ()
@@ -575,6 +588,9 @@ class CycleResult:
     #: The consumer-group family (None when not configured).
     groups: GroupsResult | None = None
     memory: PipelineMemory = field(default_factory=PipelineMemory)
+    #: The pipeline's families whose computation failed this cycle (their outputs are empty,
+    #: their memory is the previous cycle's); see ``exporter.pipeline.rounds``.
+    failed_families: tuple[str, ...] = ()
 
 
 # --- consumer groups and attribution (blast radius) ---------------------------------------

@@ -17,6 +17,7 @@ from exporter.config.keys import ConfigError, Where, parse_duration_ms
 from exporter.config.loader import load_config, read_text, read_yaml
 from exporter.config.model import (
     CLUSTER,
+    COLLECTION,
     CONFIG,
     DEFAULT_CLUSTER_LABEL,
     DEFAULT_LISTEN_ADDRESS,
@@ -34,6 +35,7 @@ from exporter.config.model import (
     UNSUPPORTED_SASL_MECHANISMS,
     WEB,
     ClusterConfig,
+    CollectionConfig,
     Config,
     LogConfig,
     SparkConfig,
@@ -48,6 +50,7 @@ from exporter.config.model import (
 
 __all__ = [
     "CLUSTER",
+    "COLLECTION",
     "CONFIG",
     "DEFAULT_CLUSTER_LABEL",
     "DEFAULT_LISTEN_ADDRESS",
@@ -65,6 +68,7 @@ __all__ = [
     "UNSUPPORTED_SASL_MECHANISMS",
     "WEB",
     "ClusterConfig",
+    "CollectionConfig",
     "Config",
     "ConfigError",
     "LogConfig",

@@ -425,14 +425,15 @@ class Nested(Kind):
 
 @dataclass(frozen=True)
 class Items(Kind):
-    """A non-empty list of sections."""
+    """A list of sections, non-empty unless ``allow_empty``."""
 
     section: Section
+    allow_empty: bool = False
     json_types: frozenset[str] = frozenset({"array"})
 
     def read(self, r: Reader, raw: object, where: Where, name: str) -> object:
         path = where.key(name)
-        if not isinstance(raw, list) or not raw:
+        if not isinstance(raw, list) or not (raw or self.allow_empty):
             r.problem(
                 path,
                 "required: a list of at least one entry, got "

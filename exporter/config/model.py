@@ -329,6 +329,18 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True)
+class CollectionConfig:
+    """How the daemon shares its collection threads and Kafka connections among the clusters
+    (exporter.daemon.rounds): bounded whatever the number of clusters."""
+
+    #: Clusters collected at once (each uses up to 8 more threads for its stages).
+    workers: int = 8
+    #: Clusters whose Kafka clients stay open between cycles (the most recently collected);
+    #: the others' clients are closed after each collection (no thread, no socket while idle).
+    clients_kept_open: int = 16
+
+
+@dataclass(frozen=True)
 class Config:
     clusters: tuple[ClusterConfig, ...]
     web: WebConfig = field(default_factory=WebConfig)
@@ -347,6 +359,10 @@ class Config:
     state_dir: str | None = None
     #: Transactional id -> application rules (docs/groups.md), the built-ins by default.
     attribution: tuple[AttributionRule, ...] = BUILTIN_RULES
+    #: A directory of cluster files (one cluster per ``*.yml`` / ``*.yaml``), read with the
+    #: file and again on SIGHUP; their clusters follow those of ``clusters``.
+    cluster_files: str | None = None
+    collection: CollectionConfig = field(default_factory=CollectionConfig)
 
 
 # --- the Kafka client properties ------------------------------------------------------------------
@@ -687,20 +703,105 @@ CLUSTER = Section(
 
 
 def _check_config(r: Reader, values: dict[str, Any], where: Where) -> None:
-    clusters = values.get("clusters", ())
-    names = [c.name for c in clusters]
-    for dup in sorted({n for n in names if names.count(n) > 1}):
-        r.problem("clusters", f"cluster name {dup!r} is used more than once")
+    origins = [f"clusters[{i}]" for i in range(len(values.get("clusters", ())))]
+    clusters = list(values.get("clusters", ()))
+    directory = values.get("cluster_files")
+    if directory is not None:
+        for origin, cluster in read_cluster_files(r, r.base_dir / directory, where.key("cluster_files")):
+            origins.append(origin)
+            clusters.append(cluster)
+    values["clusters"] = tuple(clusters)
+    if not clusters and not any(p.startswith(("clusters", "cluster_files")) for p in r.problems):
+        r.problem(
+            "clusters",
+            "required: a list of at least one cluster (or cluster_files: a directory of cluster files)",
+        )
+    seen: dict[str, str] = {}
+    for origin, cluster in zip(origins, clusters, strict=True):
+        if cluster.name in seen:
+            also = seen[cluster.name]
+            r.problem(origin, f"cluster name {cluster.name!r} is used more than once (also {also})")
+        else:
+            seen[cluster.name] = origin
+
+
+#: Cluster files: the names read, the most read and the largest file.
+CLUSTER_FILE_SUFFIXES = (".yml", ".yaml")
+MAX_CLUSTER_FILES = 10_000
+_MAX_CLUSTER_FILE_BYTES = 1 << 20
+
+
+def read_cluster_files(r: Reader, directory: Path, key: str) -> list[tuple[str, ClusterConfig]]:
+    """Every cluster file of ``directory`` (``*.yml``, ``*.yaml``, not hidden: a Kubernetes
+    ConfigMap's ``..data`` entries are not read), in name order: (the file's name, its
+    cluster). A file holds one cluster's keys, as an entry of ``clusters``; ``name`` defaults
+    to the file's name without its suffix. Problems name the file and the key; relative paths
+    in a file (``kafka_files``) are relative to the file's directory."""
+    from exporter.config.loader import read_yaml
+
+    try:
+        entries = sorted(
+            e for e in directory.iterdir() if not e.name.startswith(".") and e.suffix in CLUSTER_FILE_SUFFIXES
+        )
+    except OSError as e:
+        r.problem(key, f"cannot read the directory {directory}: {e.strerror or e}")
+        return []
+    if len(entries) > MAX_CLUSTER_FILES:
+        r.problem(key, f"{directory} holds {len(entries)} cluster files, more than {MAX_CLUSTER_FILES}")
+        return []
+    found: list[tuple[str, ClusterConfig]] = []
+    base_dir = r.base_dir
+    for entry in entries:
+        label = str(entry)
+        try:
+            if not entry.is_file():
+                continue  # a directory named like a cluster file
+            with entry.open("rb") as f:
+                data = f.read(_MAX_CLUSTER_FILE_BYTES + 1)
+        except OSError as e:
+            r.problem(label, f"cannot read: {e.strerror or e}")
+            continue
+        if len(data) > _MAX_CLUSTER_FILE_BYTES:
+            r.problem(label, "larger than 1 MiB, not a cluster file")
+            continue
+        try:
+            raw = read_yaml(data.decode(), label)
+        except UnicodeDecodeError:
+            r.problem(label, "not UTF-8 text")
+            continue
+        except ConfigError as e:
+            r.problems.extend(e.problems)
+            continue
+        if isinstance(raw, dict) and raw.get("name") is None:
+            raw = {**raw, "name": entry.stem}
+        r.base_dir = entry.parent
+        try:
+            cluster = CLUSTER.read(r, raw, Where(label, sep=": "))
+        finally:
+            r.base_dir = base_dir
+        if cluster is not INVALID:
+            found.append((label, cluster))
+    return found
 
 
 def _parse_history(raw: object, path: str) -> tuple[object, list[str]]:
     return parse_history_section(raw)
 
 
+COLLECTION = Section(
+    CollectionConfig,
+    (
+        Key("workers", "workers", Integer(1, 256)),
+        Key("clients_kept_open", "clients_kept_open", Integer(0, 100_000)),
+    ),
+)
 CONFIG = Section(
     Config,
     (
-        Key("clusters", "clusters", Items(CLUSTER), required=True, help="a list of at least one cluster"),
+        # At least one cluster, here or in cluster_files (checked by _check_config).
+        Key("clusters", "clusters", Items(CLUSTER, allow_empty=True)),
+        Key("cluster_files", "cluster_files", Text(empty_is_none=True)),
+        Key("collection", "collection", Nested(COLLECTION)),
         Key("web", "web", Nested(WEB)),
         Key("log", "log", Nested(LOG)),
         Key("spark", "spark", Nested(SPARK)),

@@ -1,14 +1,15 @@
-"""The long-running exporter: one scheduled cycle per cluster, an HTTP endpoint that only
-renders the latest results.
+"""The long-running exporter: every cluster's cycle on its interval, computed in rounds, and
+an HTTP endpoint that only renders the latest results.
 
-Per cluster, APScheduler runs :meth:`ClusterJob.run_cycle` every interval, never two at
-once, misfires coalesced. A cycle collects a snapshot (``exporter.kafka``), computes the
-metrics and findings on Spark (``exporter.pipeline``) and publishes an immutable
-:class:`ClusterState`. ``/metrics`` renders those states; ``/healthz`` says the process
-serves; ``/readyz`` answers 503 until a first complete cycle.
+Every cluster collects a snapshot (``exporter.kafka``) when its interval is due, never two at
+once; the snapshots ready together are computed in one round on Spark (``exporter.pipeline``)
+and each cluster publishes an immutable :class:`ClusterState`. ``/metrics`` renders those
+states; ``/healthz`` says the process serves; ``/readyz`` answers 503 until a first complete
+cycle.
 
 Modules: ``pipeline`` (the Spark session and the pipeline entry point), ``cycle`` (one
-cluster's cycle), ``http`` (the endpoints); this module wires them into one process.
+cluster's cycle), ``rounds`` (the schedule and its rounds), ``capacity`` (whether the
+clusters fit), ``http`` (the endpoints); this module wires them into one process.
 """
 
 from __future__ import annotations
@@ -31,13 +32,16 @@ from exporter.daemon.http import MetricsServer
 from exporter.daemon.listen import ListenError, listen_error_text
 from exporter.daemon.memory_store import MemoryStore
 from exporter.daemon.pipeline import PipelineRunner
+from exporter.daemon.rounds import RoundScheduler
 from exporter.daemon.web import WebSettings, load_web_config
 from exporter.metrics.collector import ExporterMetrics, TransactionHealthCollector
 from exporter.metrics.state import StateStore
 
-__all__ = ["ClusterJob", "Daemon", "PipelineRunner"]
+__all__ = ["ClusterJob", "Daemon", "PipelineRunner", "RoundScheduler"]
 
 log = logging.getLogger(__name__)
+#: How long stop() and reload() wait, in all, for the cycles in flight to end.
+STOP_WAIT_S = 10.0
 
 
 class Daemon:
@@ -97,10 +101,12 @@ class Daemon:
             )
             listeners = (*listeners, self.remediation)
         self._listeners = tuple(listeners)
-        self.jobs = [
-            ClusterJob.build(c, self.pipeline, self.store, self.metrics, self._listeners)
-            for c in config.clusters
-        ]
+        self.rounds = RoundScheduler(
+            self.pipeline,
+            workers=config.collection.workers,
+            clients_kept_open=config.collection.clients_kept_open,
+        )
+        self.jobs = self._build_jobs(config, self.store)
         #: The clusters' memory across restarts (``state_dir``); raises ConfigError when the
         #: directory cannot be written.
         self.memory_store = MemoryStore(config.state_dir) if config.state_dir else None
@@ -108,10 +114,18 @@ class Daemon:
             job.attribution = config.attribution
             if self.memory_store is not None:
                 job.restore_memory(self.memory_store)
-        self._scheduler: Any = None
+        self._started = False
         self._server: MetricsServer | None = None
         #: TLS and basic auth of the endpoints (web.config_file, checked at start-up).
         self.web_settings = _web_settings(config)
+
+    def _build_jobs(self, config: Config, store: StateStore) -> list[ClusterJob]:
+        return [
+            ClusterJob.build(
+                c, self.pipeline, store, self.metrics, self._listeners, stage_pool=self.rounds.stage_pool
+            )
+            for c in config.clusters
+        ]
 
     @property
     def port(self) -> int:
@@ -139,30 +153,9 @@ class Daemon:
             self.pipeline.use_interval(min(intervals))
         self.pipeline.begin_start()
         self._start_http()
-        from apscheduler.schedulers.background import BackgroundScheduler
-
-        self._scheduler = BackgroundScheduler(
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}, timezone="UTC"
-        )
-        from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
-
-        by_name = {job.cluster.name: job for job in self.jobs}
-
-        def count_skipped(event: Any) -> None:  # the previous cycle was still running
-            if event.job_id in by_name:
-                by_name[event.job_id].skipped()
-
-        self._scheduler.add_listener(count_skipped, EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
-        for job in self.jobs:
-            self._scheduler.add_job(
-                job.run_cycle,
-                "interval",
-                id=job.cluster.name,
-                name=f"cycle {job.cluster.name}",
-                seconds=job.cluster.interval_ms / 1000,
-                next_run_time=_now_utc(),
-            )
-        self._scheduler.start()
+        self.rounds.start(self.jobs)
+        self._started = True
+        self.rounds.estimate()
         log.info(
             "exporter started for %d cluster(s), listening on %s",
             len(self.jobs),
@@ -200,9 +193,7 @@ class Daemon:
     def stop(self) -> None:
         """Stop within seconds: no new cycle starts, a cycle in flight has its Kafka clients
         closed under it and is waited for briefly, then Spark stops."""
-        if self._scheduler is not None:
-            self._scheduler.shutdown(wait=False)
-            self._scheduler = None
+        self.rounds.stop()
         if self._server is not None:
             self._server.stop()
             self._server = None
@@ -213,9 +204,15 @@ class Daemon:
         if self.history is not None:
             self.history.close()  # flushes what the last cycles left, while Spark still runs
         self.pipeline.stop()  # waits for a pipeline run in flight, then stops Spark
-        for job in self.jobs:
-            job.wait_idle()
+        if self._started and not self.rounds.join(STOP_WAIT_S):
+            log.warning("the schedule was still running %.0f s after stop", STOP_WAIT_S)
+        if _wait_idle(self.jobs, STOP_WAIT_S):
+            self.rounds.close()
         log.info("exporter stopped")
+
+    def wait_idle(self, wait_s: float) -> bool:
+        """After :meth:`stop`: True when no cycle is in flight within ``wait_s`` (tests)."""
+        return _wait_idle(self.jobs, wait_s)
 
     def reload(self, config: Config, web_settings: WebSettings | None = None) -> None:
         """Run on ``config`` from now on (SIGHUP). ``config`` is already validated;
@@ -280,13 +277,11 @@ class Daemon:
 
     def _replace_jobs(self, config: Config) -> None:
         """New jobs and a new store for ``config``'s clusters, scheduled at once."""
-        if self._scheduler is not None:
-            for job in self.jobs:
-                self._scheduler.remove_job(job.cluster.name)
         for job in self.jobs:
             job.close()
-        for job in self.jobs:
-            job.wait_idle()
+        if self._started:
+            self.rounds.replace([])  # the closed jobs' snapshots waiting for a round end now
+        _wait_idle(self.jobs, STOP_WAIT_S)
         kept = {job.cluster.name: job for job in self.jobs}
         names = [c.name for c in config.clusters]
         store = StateStore(names)
@@ -308,25 +303,16 @@ class Daemon:
             self.remediation.configure(config.clusters)
         elif any(c.remediation.enabled for c in config.clusters):
             log.warning("reload: remediation was off at start; restart the exporter to turn it on")
-        self.jobs = [
-            ClusterJob.build(c, self.pipeline, store, self.metrics, self._listeners) for c in config.clusters
-        ]
+        self.jobs = self._build_jobs(config, store)
         for job in self.jobs:  # a kept cluster keeps its confirmations and watched transactions
             job.attribution = config.attribution
             if job.cluster.name in kept:
                 job.memory = kept[job.cluster.name].memory
             if self.memory_store is not None:
                 job.restore_memory(self.memory_store)
-        if self._scheduler is not None:
-            for job in self.jobs:
-                self._scheduler.add_job(
-                    job.run_cycle,
-                    "interval",
-                    id=job.cluster.name,
-                    name=f"cycle {job.cluster.name}",
-                    seconds=job.cluster.interval_ms / 1000,
-                    next_run_time=_now_utc(),
-                )
+        if self._started:
+            self.rounds.replace(self.jobs)
+            self.rounds.estimate()
 
 
 def _web_settings(config: Config) -> WebSettings:
@@ -338,7 +324,9 @@ def _nothing() -> None:
     pass
 
 
-def _now_utc() -> Any:
-    import datetime
+def _wait_idle(jobs: Sequence[ClusterJob], wait_s: float) -> bool:
+    """Wait for every job's cycle in flight to end, ``wait_s`` in all."""
+    import time
 
-    return datetime.datetime.now(datetime.UTC)
+    deadline = time.monotonic() + wait_s
+    return all([job.wait_idle(deadline - time.monotonic()) for job in jobs])

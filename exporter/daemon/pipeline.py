@@ -35,11 +35,14 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from exporter.config import SparkConfig
 from exporter.model import ClusterSnapshot, CycleResult, PipelineMemory, PipelineSettings
+
+if TYPE_CHECKING:
+    from exporter.pipeline.rounds import ClusterRun, RoundResult
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +60,9 @@ MIN_DEFAULT_TIMEOUT_S = 60.0
 BACKOFF_MAX_S = 60.0
 
 ComputeFn = Callable[..., CycleResult]
+#: ``compute_round(spark, runs)``: see :mod:`exporter.pipeline.rounds`.
+RoundFn = Callable[[Any, "Sequence[ClusterRun]"], "RoundResult"]
+T = TypeVar("T")
 
 
 class PipelineUnavailableError(RuntimeError):
@@ -143,11 +149,15 @@ class PipelineRunner:
         interval_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         compute_fn: ComputeFn | None = None,
+        round_fn: RoundFn | None = None,
     ) -> None:
         """``session``: an existing SparkSession to use and leave running (tests, the CLI);
         it is never killed or restarted. ``interval_s``: the shortest cluster interval, from
         which the default deadline and the health window derive (see :meth:`use_interval`).
-        ``compute_fn``: the pipeline (default ``exporter.pipeline.compute.compute``)."""
+        ``compute_fn``: the pipeline (default ``exporter.pipeline.compute.compute``).
+        ``round_fn``: a round over several clusters (default
+        ``exporter.pipeline.rounds.compute_round``; with only ``compute_fn`` given, a round
+        that runs it cluster by cluster)."""
         self._spark_config = spark_config
         self.settings = settings
         self._clock = clock
@@ -172,6 +182,7 @@ class PipelineRunner:
         self._warm_generation = -1
         self.restarts = 0
         self._compute: ComputeFn | None = compute_fn
+        self._round: RoundFn | None = round_fn
 
     # --- configuration -------------------------------------------------------------------
 
@@ -200,6 +211,16 @@ class PipelineRunner:
 
             self._compute = compute
         return self._compute
+
+    def _round_fn(self) -> RoundFn:
+        if self._round is None:
+            if self._compute is not None:
+                self._round = _round_of(self._compute)
+            else:
+                from exporter.pipeline.rounds import compute_round
+
+                self._round = compute_round
+        return self._round
 
     # --- start ---------------------------------------------------------------------------
 
@@ -269,14 +290,19 @@ class PipelineRunner:
     def _warm_up(self, spark: Any) -> None:
         """Run the pipeline once on a tiny snapshot, so that code generation happens before
         the first real cycle; skipped when a real cycle already asked (it warms up itself)."""
+        from exporter.pipeline.rounds import ClusterRun
         from exporter.pipeline.warmup import warmup_snapshot
 
         started = self._clock()
         snapshot = warmup_snapshot()
+        run = ClusterRun(snapshot, None, snapshot.taken_at_ms, settings=self.settings)
         try:
-            self._compute_fn()(spark, snapshot, self.settings, None, snapshot.taken_at_ms)
+            outcome = self._round_fn()(spark, [run])
         except Exception as e:  # the first real cycle reports a broken session
             log.warning("Spark warm-up run failed: %s", e)
+            return
+        if outcome.failures:
+            log.warning("Spark warm-up run failed: %s", next(iter(outcome.failures.values())))
             return
         log.info("Spark warm-up run in %.1f s", self._clock() - started)
 
@@ -360,6 +386,45 @@ class PipelineRunner:
 
         Raises :class:`PipelineUnavailableError` (no session now), :class:`PipelineTimeoutError`, or
         whatever the pipeline raised."""
+        compute = self._compute_fn()
+        result: CycleResult = self._supervised(
+            f"cluster {snapshot.cluster}",
+            snapshot.cluster,
+            lambda spark: compute(spark, snapshot, self.settings, memory, now_ms, **options),
+        )
+        return result
+
+    def compute_round(self, runs: Sequence[ClusterRun]) -> RoundResult:
+        """Run one round (:func:`exporter.pipeline.rounds.compute_round`) over ``runs`` within
+        the deadline, supervised as :meth:`compute`. A cluster whose own input failed is in
+        the result's ``failures``; a round in which every cluster failed counts as a failed
+        pipeline run for health (one cluster's bad input alone never makes the process
+        unhealthy while others succeed).
+
+        Raises :class:`PipelineUnavailableError`, :class:`PipelineTimeoutError`, or whatever
+        the round raised."""
+        round_fn = self._round_fn()
+        names = [r.cluster for r in runs]
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        outcome: RoundResult = self._supervised(
+            f"round of {len(names)} cluster(s) ({shown})",
+            "round",
+            lambda spark: round_fn(spark, runs),
+            failed=lambda r: bool(r.failures) and not r.results,
+        )
+        return outcome
+
+    def _supervised(
+        self,
+        what: str,
+        tag_name: str,
+        fn: Callable[[Any], T],
+        *,
+        failed: Callable[[T], bool] = lambda _: False,
+    ) -> T:
+        """``fn(spark)`` on a thread of its own within the call deadline, its Spark jobs tagged:
+        the one supervised path of every pipeline call (see the module doc). ``failed``: a
+        returned value that counts as a failed run for health."""
         self._real_calls += 1
         timeout = self.call_timeout_s
         spark, generation = self._acquire(self._clock() + timeout)
@@ -369,8 +434,7 @@ class PipelineRunner:
                 # its first run may take as long as a start.
                 timeout = max(timeout, self.start_timeout_s)
         deadline = self._clock() + timeout
-        compute = self._compute_fn()
-        tag = f"kte-{snapshot.cluster}-{uuid.uuid4().hex[:12]}"
+        tag = f"kte-{tag_name}-{uuid.uuid4().hex[:12]}"
         box: dict[str, Any] = {}
 
         def run() -> None:
@@ -379,7 +443,7 @@ class PipelineRunner:
                 with contextlib.suppress(Exception):  # old servers: no interruption by tag
                     spark.addTag(tag)
                     tagged = True
-                box["result"] = compute(spark, snapshot, self.settings, memory, now_ms, **options)
+                box["result"] = fn(spark)
             except BaseException as e:
                 box["error"] = e
             finally:
@@ -387,7 +451,7 @@ class PipelineRunner:
                     with contextlib.suppress(Exception):
                         spark.removeTag(tag)
 
-        thread = threading.Thread(target=run, name=f"pipeline-{snapshot.cluster}", daemon=True)
+        thread = threading.Thread(target=run, name=f"pipeline-{tag_name}", daemon=True)
         thread.start()
         while thread.is_alive() and self._clock() < deadline:
             thread.join(min(0.25, max(0.0, deadline - self._clock())))
@@ -396,10 +460,8 @@ class PipelineRunner:
                 # at exit) waiting for a run whose session is being torn down.
                 raise PipelineUnavailableError("the pipeline is stopping")
         if thread.is_alive():
-            self._on_deadline(spark, generation, tag, snapshot.cluster, timeout)
-            raise PipelineTimeoutError(
-                f"pipeline run for cluster {snapshot.cluster} passed its deadline of {timeout:.0f} s"
-            )
+            self._on_deadline(spark, generation, tag, what, timeout)
+            raise PipelineTimeoutError(f"pipeline run for {what} passed its deadline of {timeout:.0f} s")
         error = box.get("error")
         if error is not None:
             with self._lock:
@@ -407,13 +469,20 @@ class PipelineRunner:
             if not self._alive(spark):
                 self._restart(generation, f"Spark session failed ({type(error).__name__})")
             raise error
+        result: T = box["result"]
+        if failed(result):
+            with self._lock:
+                self._mark_failure_locked()
+                self._last_error = "every cluster of the round failed"
+            if not self._alive(spark):
+                self._restart(generation, "Spark session failed (every cluster of the round failed)")
+            return result
         with self._lock:
             self._last_ok = self._clock()
             self._warm_generation = generation
             self._failing_since = None
             self._failed_starts = 0
             self._last_error = ""
-        result: CycleResult = box["result"]
         return result
 
     def _mark_failure_locked(self) -> None:
@@ -434,22 +503,22 @@ class PipelineRunner:
         finished, value = _bounded(probe, PING_TIMEOUT_S, "spark-ping")
         return finished and not isinstance(value, BaseException) and value is not True
 
-    def _on_deadline(self, spark: Any, generation: int, tag: str, cluster: str, timeout: float) -> None:
+    def _on_deadline(self, spark: Any, generation: int, tag: str, what: str, timeout: float) -> None:
         with self._lock:
             self._mark_failure_locked()
         if self._alive(spark):
             finished, _ = _bounded(lambda: spark.interruptTag(tag), PING_TIMEOUT_S, "spark-interrupt")
             log.warning(
-                "pipeline run for cluster %s passed its deadline of %.0f s; its Spark jobs were %s",
-                cluster,
+                "pipeline run for %s passed its deadline of %.0f s; its Spark jobs were %s",
+                what,
                 timeout,
                 "interrupted" if finished else "not interruptible",
             )
             return
         self._restart(
             generation,
-            f"Spark session does not answer (hung or dead) after the "
-            f"pipeline run for cluster {cluster} passed its deadline",
+            f"Spark session does not answer (hung or dead) after the pipeline run for {what} "
+            "passed its deadline",
         )
 
     def _restart(self, generation: int, why: str) -> None:
@@ -539,3 +608,31 @@ class PipelineRunner:
             from exporter.pipeline.session import kill_local
 
             _bounded(lambda: kill_local(None), START_KILL_WAIT_S, "spark-kill")
+
+
+def _round_of(compute: ComputeFn) -> RoundFn:
+    """A round that runs ``compute`` cluster by cluster, each failure the cluster's own (the
+    contract of :func:`exporter.pipeline.rounds.compute_round`, for a pipeline given alone)."""
+
+    def round_fn(spark: Any, runs: Sequence[ClusterRun]) -> RoundResult:
+        from exporter.pipeline.compute import ComputeStats
+        from exporter.pipeline.rounds import RoundResult
+
+        results: dict[str, CycleResult] = {}
+        failures: dict[str, str] = {}
+        for run in runs:
+            try:
+                results[run.cluster] = compute(
+                    spark,
+                    run.snapshot,
+                    run.settings,
+                    run.memory,
+                    run.now_ms,
+                    groups=run.groups,
+                    rules=run.rules,
+                )
+            except Exception as e:
+                failures[run.cluster] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        return RoundResult(results=results, failures=failures, stats=ComputeStats())
+
+    return round_fn

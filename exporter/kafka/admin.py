@@ -122,6 +122,18 @@ class ClusterAdmin:
         with self._confluent_lock:
             self._confluent = None
 
+    def release(self) -> None:
+        """Close both clients but stay open: the next request makes them again. A daemon
+        watching more clusters than it keeps connected calls this between two cycles, so an
+        idle cluster holds no thread and no socket (librdkafka runs a thread per broker)."""
+        if self._protocol_lock.acquire(timeout=CLOSE_WAIT_S):
+            try:
+                self._drop_protocol_locked(None)
+            finally:
+                self._protocol_lock.release()
+        with self._confluent_lock:
+            self._confluent = None
+
     def begin_cycle(self) -> None:
         """A new cycle: every broker gets one fresh attempt, whatever reconnect backoff the
         last failures left (see :meth:`ProtocolClient.forget_backoff`). librdkafka needs no

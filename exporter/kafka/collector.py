@@ -189,7 +189,10 @@ class SnapshotCollector:
         read_batch_timestamps: bool = True,
         groups: GroupsConfig | None = None,
         clock: Callable[[], float] = time.time,
+        pool: ThreadPoolExecutor | None = None,
     ) -> None:
+        """``pool``: the threads the stages run on, shared with other collectors (a daemon
+        watching many clusters bounds its threads so); None: a pool of this collector's own."""
         self.cluster = cluster
         #: The consumer-group family (None or disabled: no group request at all).
         self._groups = groups if groups is not None and groups.enabled else None
@@ -207,10 +210,14 @@ class SnapshotCollector:
         #: Retriable failures so far of a start batch's fetch (a leader move, a timeout): it
         #: is asked for again, :data:`FETCH_ATTEMPTS` times at most, then left unreadable.
         self._fetch_failures: dict[tuple[str, int, int], int] = {}
-        self._pool = ThreadPoolExecutor(max_workers=STAGE_WORKERS, thread_name_prefix=f"collect-{cluster}")
+        self._own_pool = pool is None
+        self._pool = pool or ThreadPoolExecutor(
+            max_workers=STAGE_WORKERS, thread_name_prefix=f"collect-{cluster}"
+        )
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._own_pool:
+            self._pool.shutdown(wait=False, cancel_futures=True)
         self.admin.close()
 
     def collect(

@@ -74,6 +74,12 @@ class Family:
 # -- Kafka-derived ---------------------------------------------------------------------------
 PARTITION_MAX_ACTIVE_TRANSACTION_DURATION = "kafka_txn_partition_max_active_transaction_duration_seconds"
 PARTITION_LAST_STABLE_OFFSET_LAG = "kafka_txn_partition_last_stable_offset_lag"
+TOPIC_MAX_LAST_STABLE_OFFSET_LAG = "kafka_txn_topic_max_last_stable_offset_lag"
+TOPIC_MAX_ACTIVE_TRANSACTION_DURATION = "kafka_txn_topic_max_active_transaction_duration_seconds"
+TOPIC_PARTITIONS_WITH_OPEN_TRANSACTIONS = "kafka_txn_topic_partitions_with_open_transactions"
+TOPIC_MAX_LAST_STABLE_OFFSET_LAG = "kafka_txn_topic_max_last_stable_offset_lag"
+TOPIC_MAX_ACTIVE_TRANSACTION_DURATION = "kafka_txn_topic_max_active_transaction_duration_seconds"
+TOPIC_PARTITIONS_WITH_OPEN_TRANSACTIONS = "kafka_txn_topic_partitions_with_open_transactions"
 PARTITIONS_WITH_LATE_TRANSACTIONS = "kafka_txn_partitions_with_late_transactions"
 MAX_LAST_STABLE_OFFSET_LAG = "kafka_txn_max_last_stable_offset_lag"
 HANGING_TRANSACTIONS = "kafka_txn_hanging_transactions"
@@ -114,6 +120,8 @@ EXPORTER_STAGE_DURATION = "kafka_txn_exporter_stage_duration_seconds"
 EXPORTER_CYCLES = "kafka_txn_exporter_cycles_total"
 EXPORTER_CYCLES_SKIPPED = "kafka_txn_exporter_cycles_skipped_total"
 EXPORTER_REQUEST_ERRORS = "kafka_txn_exporter_request_errors_total"
+EXPORTER_PIPELINE_FAMILY_ERRORS = "kafka_txn_exporter_pipeline_family_errors_total"
+EXPORTER_PIPELINE_FAMILY_ERRORS = "kafka_txn_exporter_pipeline_family_errors_total"
 EXPORTER_BUILD_INFO = "kafka_txn_exporter_build_info"
 EXPORTER_TRANSACTIONAL_IDS_VISIBLE = "kafka_txn_exporter_transactional_ids_visible"
 REMEDIATIONS = "kafka_txn_remediations_total"
@@ -165,15 +173,23 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         EXPORTER_CYCLES_SKIPPED,
         "counter",
-        "Scheduled cycles that did not run because the previous cycle of the cluster was still running (a "
-        "cycle is cut at its deadline, so this stays at 0 unless the interval is shorter than a cycle can "
-        "be).",
+        "Scheduled cycles that did not run because the previous cycle of the cluster was still running, or "
+        "whose snapshot was not ready when its round was computed (it joins a later round). A collection is "
+        "cut at its deadline, so this stays at 0 unless the interval is shorter than a cycle can be or the "
+        "process has more clusters than it can cycle.",
     ),
     Family(
         EXPORTER_REQUEST_ERRORS,
         "counter",
         "Kafka request errors by API (DescribeProducers, ListTransactions, ...) and Kafka error name.",
         ("api", "error"),
+    ),
+    Family(
+        EXPORTER_PIPELINE_FAMILY_ERRORS,
+        "counter",
+        "Cycles in which one metric family of the pipeline failed (its series are absent for that cycle and "
+        "what it remembers is kept); the cluster's other families were published.",
+        ("family",),
     ),
     Family(
         EXPORTER_BUILD_INFO,
@@ -247,6 +263,27 @@ FAMILIES: tuple[Family, ...] = (
         "High watermark minus last stable offset (Kafka's LastStableOffsetLag partition gauge; ListOffsets "
         "READ_UNCOMMITTED and READ_COMMITTED).",
         ("topic", "partition"),
+    ),
+    # -- topics (exporter/metrics/families/topics.py)
+    Family(
+        TOPIC_MAX_LAST_STABLE_OFFSET_LAG,
+        "gauge",
+        "Largest LastStableOffsetLag (high watermark minus last stable offset, ListOffsets) over the topic's "
+        "partitions: how far its read_committed consumers are held back.",
+        ("topic",),
+    ),
+    Family(
+        TOPIC_MAX_ACTIVE_TRANSACTION_DURATION,
+        "gauge",
+        "Age of the oldest open transaction on any of the topic's partitions, from its start "
+        "(MaxActiveTransactionDuration per topic; absent when none is open).",
+        ("topic",),
+    ),
+    Family(
+        TOPIC_PARTITIONS_WITH_OPEN_TRANSACTIONS,
+        "gauge",
+        "The topic's partitions with at least one open transaction (DescribeProducers).",
+        ("topic",),
     ),
     # -- brokers (exporter/metrics/families/brokers.py)
     Family(

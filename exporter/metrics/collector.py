@@ -24,6 +24,7 @@ from exporter.metrics.families import renderers
 from exporter.metrics.scrape import Scrape
 from exporter.metrics.state import StateStore
 from exporter.model import PipelineSettings
+from exporter.pipeline.families import family_names
 
 CYCLE_RESULTS = ("complete", "partial", "failed")
 CYCLE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -54,6 +55,7 @@ class ExporterMetrics:
         self.cycles: Counter = instrument(c.EXPORTER_CYCLES, registry, cluster_label)
         self.request_errors: Counter = instrument(c.EXPORTER_REQUEST_ERRORS, registry, cluster_label)
         self.cycles_skipped: Counter = instrument(c.EXPORTER_CYCLES_SKIPPED, registry, cluster_label)
+        self.family_errors: Counter = instrument(c.EXPORTER_PIPELINE_FAMILY_ERRORS, registry, cluster_label)
         self.remediations: Counter = instrument(c.REMEDIATIONS, registry, cluster_label)
         self.add_clusters(clusters)
         build: Gauge = instrument(c.EXPORTER_BUILD_INFO, registry, cluster_label)
@@ -66,6 +68,8 @@ class ExporterMetrics:
             self.cycles_skipped.labels(cluster)
             for result in CYCLE_RESULTS:
                 self.cycles.labels(cluster, result)
+            for family in family_names():
+                self.family_errors.labels(cluster, family)
             for action, result in REMEDIATION_LABELS:
                 self.remediations.labels(cluster, action, result)
 

@@ -160,8 +160,9 @@ class Action:
 
 def applications_of(spark: SparkSession, ids: Iterable[str], target: Target) -> dict[str, str | None]:
     """The application of each transactional id: the attribution rules as one Spark column
-    (:func:`exporter.pipeline.attribution.application_column`, the daemon's attribution)."""
-    from exporter.pipeline.attribution import application_column
+    (:func:`exporter.pipeline.families.attribution.application_column`, the daemon's
+    attribution)."""
+    from exporter.pipeline.families.attribution import application_column
 
     wanted = sorted(set(ids))
     if not wanted:

@@ -1,9 +1,21 @@
-"""A round: one pipeline run over the snapshots of several clusters.
+"""A round: one pipeline run over the snapshots of several clusters, in ONE plan and ONE
+Spark action.
 
 The daemon hands every cluster whose snapshot is ready to :func:`compute_round` and gets each
 cluster's :class:`~exporter.model.CycleResult` back, or the reason its own cycle failed. One
-cluster is the round of one. A cluster whose input makes the engine fail fails only its own
-cycle: the others' results are returned.
+cluster is the round of one. The fixed part of a cycle on Spark (building and analysing the
+plan, the JIT, submitting the job, the transfer back) does not shrink with a cluster's size,
+so a fleet pays it once per round instead of once per cluster
+(:func:`exporter.pipeline.compute.collect_round`: every input table carries the cluster,
+every family is keyed by it, the rows are split per cluster on the way out).
+
+One cluster's bad input stays its own. When the round's action fails, each cluster is
+computed again alone; when a cluster's own action fails, its families are computed one by
+one, and a family that fails costs only its own outputs: they are empty, its memory is the
+previous cycle's, and it is named in ``CycleResult.failed_families`` (counted by the daemon
+per cluster and family). Only when the classification itself fails (every other result rests
+on it) is the cluster's cycle a failure (:attr:`RoundResult.failures`). A round whose jobs were
+cancelled (the daemon's deadline interrupts them) is not computed again: it raises.
 
 This is the contract between the daemon and the pipeline; how a round is planned is the
 pipeline's business.
@@ -11,31 +23,27 @@ pipeline's business.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from exporter.config.groups import BUILTIN_RULES, AttributionRule, GroupsConfig
-from exporter.model import ClusterSnapshot, CycleResult, PipelineMemory, PipelineSettings
-from exporter.pipeline.compute import OUTPUT_TABLES, ComputeStats, compute
+from exporter.model import CycleResult
+from exporter.pipeline.compute import (
+    OUTPUT_TABLES,
+    Collected,
+    ComputeStats,
+    assemble_round,
+    check_outputs,
+    collect_round,
+)
+from exporter.pipeline.families import registry
+from exporter.pipeline.families.base import ClusterRun
 
+__all__ = ["ClusterRun", "RoundResult", "compute_round"]
 
-@dataclass(frozen=True, slots=True)
-class ClusterRun:
-    """One cluster's part of a round: its snapshot, the memory its previous cycle handed on
-    (None on the first), its clock and its own settings."""
-
-    snapshot: ClusterSnapshot
-    memory: PipelineMemory | None
-    now_ms: int
-    settings: PipelineSettings = field(default_factory=PipelineSettings)
-    groups: GroupsConfig | None = None
-    rules: tuple[AttributionRule, ...] = BUILTIN_RULES
-
-    @property
-    def cluster(self) -> str:
-        return self.snapshot.cluster
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,29 +55,82 @@ class RoundResult:
     stats: ComputeStats
 
 
+class _ClusterFailedError(Exception):
+    """A cluster's essential family failed: the cluster's cycle fails (the first error)."""
+
+
 def compute_round(
     spark: SparkSession, runs: Sequence[ClusterRun], *, outputs: frozenset[str] = OUTPUT_TABLES
 ) -> RoundResult:
-    """Every cluster of ``runs`` (distinct cluster names) computed on ``spark``."""
+    """Every cluster of ``runs`` (distinct cluster names) computed on ``spark``, in one Spark
+    action unless the round fails (see the module's doc)."""
     names = [r.cluster for r in runs]
     if len(set(names)) != len(names):
         raise ValueError("a round holds each cluster once")
+    check_outputs(outputs)
     stats = ComputeStats()
+    if not runs:
+        return RoundResult(results={}, failures={}, stats=stats)
+    if len(runs) > 1:
+        try:
+            together = assemble_round(runs, collect_round(spark, runs, outputs, stats), outputs)
+            return RoundResult(
+                results={r.cluster: together[i] for i, r in enumerate(runs)}, failures={}, stats=stats
+            )
+        except Exception as e:
+            _raise_if_cancelled(e)
+            log.warning(
+                "a round of %d clusters failed (%s); computing each cluster alone", len(runs), _line(e)
+            )
     results: dict[str, CycleResult] = {}
     failures: dict[str, str] = {}
     for run in runs:
         try:
-            results[run.cluster] = compute(
-                spark,
-                run.snapshot,
-                run.settings,
-                run.memory,
-                run.now_ms,
-                stats=stats,
-                groups=run.groups,
-                rules=run.rules,
-                outputs=outputs,
-            )
+            results[run.cluster] = _alone(spark, run, outputs, stats)
         except Exception as e:  # one cluster's failure is its own
-            failures[run.cluster] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            _raise_if_cancelled(e)
+            failures[run.cluster] = _line(
+                e.__cause__ if isinstance(e, _ClusterFailedError) and e.__cause__ else e
+            )
+            log.warning("pipeline failed for cluster %s: %s", run.cluster, failures[run.cluster])
     return RoundResult(results=results, failures=failures, stats=stats)
+
+
+def _alone(spark: SparkSession, run: ClusterRun, outputs: frozenset[str], stats: ComputeStats) -> CycleResult:
+    """One cluster's cycle: in one action, else family by family."""
+    try:
+        return assemble_round([run], collect_round(spark, [run], outputs, stats), outputs)[0]
+    except Exception as e:
+        _raise_if_cancelled(e)
+        log.warning(
+            "cycle of cluster %s failed (%s); computing its families one by one", run.cluster, _line(e)
+        )
+    collected = Collected()
+    failed: set[str] = set()
+    # The essential family first: when it fails, the others need not be tried.
+    for family in sorted(registry(), key=lambda f: not f.essential):
+        if not family.output_names & outputs:
+            continue
+        try:
+            collected.add(collect_round(spark, [run], outputs, stats, only=family.name))
+        except Exception as e:
+            _raise_if_cancelled(e)
+            log.warning("cluster %s: the %s family failed: %s", run.cluster, family.name, _line(e))
+            if family.essential:
+                raise _ClusterFailedError(family.name) from e
+            failed.add(family.name)
+    return assemble_round([run], collected, outputs, frozenset(failed))[0]
+
+
+def _raise_if_cancelled(error: Exception) -> None:
+    """Jobs cancelled from outside (the daemon's deadline interrupts a run by its tag) end
+    the round: computing it again would only run past the deadline."""
+    text = str(error).lower()
+    if "cancelled" in text or "canceled" in text or "interrupted" in text:
+        raise error
+
+
+def _line(error: BaseException) -> str:
+    """The error's type and the first line of its message."""
+    text = str(error)
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"

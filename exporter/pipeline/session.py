@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -66,7 +66,7 @@ CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 #:   grows to fill between collections (JVM RSS 849 -> 752 MiB at 10k partitions, same speed);
 #: * a bounded code cache and metaspace (the JIT's code and Spark's own ~23,500 classes; the
 #:   embedded driver generates code only for the group family's aggregation, a dozen classes
-#:   compiled once: see LOCAL_DEFAULTS and codegen_session);
+#:   compiled once: see LOCAL_DEFAULTS and compiled_leaf);
 #: * two JIT compiler threads (a 2-core pod), 512 KiB thread stacks (Spark starts ~60 threads,
 #:   and its cached pools add one per broadcast or block removal, idle ones ending after 60 s);
 #: * exit on OutOfMemoryError: a JVM in that state is useless; the daemon's supervision
@@ -151,7 +151,7 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
     # the first cycle ~140. Without it, warm 10k-partition cycles went from 1.76 to 1.36 s,
     # 100k from 2.74 to 2.39 s, and nothing is compiled after start (bench/pipeline_bench.py;
     # Spark's CodegenMetrics compilation count). One step without the clock runs compiled in
-    # a session of its own (codegen_session): the group family's aggregation of the offsets.
+    # a session of its own (compiled_leaf): the group family's aggregation of the offsets.
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     # Interpreted, an expression used twice in a projection (the group family's "committed
@@ -167,7 +167,7 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
     "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
-#: The settings :func:`codegen_session` changes in its session.
+#: The settings :func:`compiled_leaf`'s session changes.
 CODEGEN_CONF: Mapping[str, str] = {
     "spark.sql.codegen.wholeStage": "true",
     "spark.sql.codegen.factoryMode": "FALLBACK",
@@ -486,20 +486,31 @@ _codegen_sessions: weakref.WeakKeyDictionary[SparkSession, SparkSession] = weakr
 _codegen_lock = threading.Lock()
 
 
-def codegen_session(spark: SparkSession) -> SparkSession:
-    """A session of the same SparkContext with whole-stage code generation on
-    (:data:`CODEGEN_CONF`), made once per session: for a step that reads many rows and whose
-    plan holds no literal that changes from cycle to cycle, planned there and made a leaf
-    (a local checkpoint), then read by the cycle through :func:`rehome`.
+def compiled_leaf(spark: SparkSession, build: Callable[[SparkSession], DataFrame]) -> DataFrame:
+    """``build``'s frame planned and run with whole-stage code generation, as one leaf of
+    ``spark``'s plan: ``build`` is given a session of the same SparkContext with code
+    generation on (:data:`CODEGEN_CONF`, made once per session), makes its large inputs
+    there and returns the step; the step becomes a lazy local checkpoint, computed inside
+    the round's action, which ``spark`` then reads like any other frame.
 
-    The embedded driver runs interpreted (``LOCAL_DEFAULTS``) because generated code inlines
-    literals: the cycle's clock made every cycle compile new classes. A step without the
-    clock compiles once and is found in Spark's code cache from then on, and compiled it runs
-    about twice as fast as interpreted on 100k rows (the group family's scan, join and
-    aggregation of 1000 groups x 100 partitions: 0.36 -> 0.18 s; see ``groups.group_frames``).
+    Why a second session: the embedded driver runs interpreted (``LOCAL_DEFAULTS``) because
+    generated code inlines literals, and the round's clock made every cycle compile new
+    classes. A step whose plan holds no literal that changes from round to round compiles
+    once and is found in Spark's code cache from then on, and compiled it runs about twice as
+    fast as interpreted over many rows: the consumer-group family's scan, join and aggregation
+    of 1000 groups x 100 partitions took 0.36 s interpreted and 0.18 s compiled, and the
+    family added 1.16 s to a cycle interpreted, 0.70 s compiled (cycles alternating in one
+    session, median of 11). Only that step is built here.
 
-    ``spark`` itself where it already generates code (a remote master) or where no JVM
-    object can be reached (Spark Connect), and where :func:`rehome` cannot work."""
+    ``build(spark)`` itself where it already generates code (a remote master) or no JVM
+    object can be reached (Spark Connect)."""
+    child = _codegen_session(spark)
+    leaf = build(child).localCheckpoint(eager=False)
+    return _rehome(leaf, spark)
+
+
+def _codegen_session(spark: SparkSession) -> SparkSession:
+    """The session of :func:`compiled_leaf` (``spark`` itself where there is none)."""
     if getattr(spark, "_sc", None) is None:
         return spark
     with _codegen_lock:
@@ -511,7 +522,7 @@ def codegen_session(spark: SparkSession) -> SparkSession:
                 for key, value in CODEGEN_CONF.items():
                     candidate.conf.set(key, value)
                 try:
-                    rehome(candidate.range(0), spark)
+                    _rehome(candidate.range(0), spark)
                     child = candidate
                 except Exception as e:  # a Spark without the seam: stay interpreted
                     log.warning("no code generation for the large steps: %s", str(e)[:200])
@@ -519,7 +530,7 @@ def codegen_session(spark: SparkSession) -> SparkSession:
         return child
 
 
-def rehome(frame: DataFrame, spark: SparkSession) -> DataFrame:
+def _rehome(frame: DataFrame, spark: SparkSession) -> DataFrame:
     """``frame``, made in another session of the same SparkContext, as a DataFrame of
     ``spark``: the same logical plan, analysed and planned by ``spark`` (with its settings)
     from now on. Meant for a leaf (a checkpoint), whose plan is already fixed. Through

@@ -36,7 +36,7 @@ asks for, so the planner adds no broadcast and no exchange between the output ta
 cycle is one job, whose last stage has one task per output table
 (``session.PLAN_DEFAULTS``; a few one-partition shuffles are left inside the
 classification, where the planner's size estimate of a join of joins passes its bound:
-see ``compute._classified``).
+see ``families.classification.classified_frame``).
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ from exporter.model import (
     Broker,
     BrokerConfig,
     ClusterSnapshot,
+    GroupOffsets,
     ListedTransaction,
     PartitionOffsets,
     ProducerState,
@@ -125,6 +126,11 @@ def schema_of(record: type) -> StructType:
 def arrow_of(record: type, rows: Sequence[Any]) -> pa.Table:
     """Records (instances of ``record``) as a columnar Arrow table of the record's columns."""
     cols = columns_of(record)
+    if isinstance(rows, GroupOffsets):  # already columns, in the record's field order
+        return pa.Table.from_arrays(
+            [pa.array(values, type=c.arrow) for c, values in zip(cols, rows.columns(), strict=True)],
+            schema=pa.schema([pa.field(c.name, c.arrow, c.nullable) for c in cols]),
+        )
     # One C-level getter per column (``map(attrgetter)``): the column's list only references
     # the records' values, so nothing is allocated that the garbage collector tracks. A getter
     # of every field per row, transposed with ``zip``, made a tuple per row; at 100k
@@ -193,7 +199,8 @@ def in_place(frame: DataFrame) -> DataFrame:
     SQL writes ``COALESCE(1)`` under this limit: ``groups._family_sql``): a cycle with groups
     at the LSO ran 2 to 5 stages more than one without, none now (~0.05 s
     at 1000 groups x 100 partitions, cycles alternating in one session). The
-    classification's chain does not: see ``compute._classified`` for what it cost there."""
+    classification's chain does not: see ``families.classification.classified_frame`` for what
+    it cost there."""
     return one_partition(frame).limit(UNREACHED_LIMIT)
 
 
@@ -343,31 +350,101 @@ SNAPSHOT_TABLES: dict[str, tuple[type, Callable[[ClusterSnapshot], Sequence[Any]
 }
 
 
-class Tables:
-    """The snapshot's tables as DataFrames, read by name (``tables["producers"]``).
+#: The column every table of a round carries: the position of its cluster in the round
+#: (``runs[i]``). Every join, window and aggregation of a family lists it among its keys
+#: (:func:`keyed`), so that one plan computes every cluster of the round at once and the one
+#: action's rows are split per cluster on the way out.
+CLUSTER = "cluster"
+_CLUSTER_FIELD = StructField(CLUSTER, LongType(), False)
 
-    Each DataFrame is made on first use, so a table the cycle never reads costs nothing;
-    ``empty(name)`` says whether its source has no rows, without a Spark job."""
+
+def keyed(*columns: str) -> list[str]:
+    """Join, grouping or window keys: ``columns`` within each cluster of the round."""
+    return [CLUSTER, *columns]
+
+
+@functools.cache
+def keyed_schema(record: type) -> StructType:
+    """The schema of a round's table of ``record``: the cluster, then the record's columns."""
+    return StructType([_CLUSTER_FIELD, *schema_of(record).fields])
+
+
+def keyed_arrow(record: type, per_cluster: Sequence[Sequence[Any]]) -> pa.Table:
+    """The rows of every cluster of a round as one Arrow table: the cluster's position in
+    ``per_cluster``, then the record's columns (:func:`arrow_of`)."""
+    field = pa.field(CLUSTER, pa.int64(), False)
+    parts = [
+        table.add_column(0, field, pa.array([index] * table.num_rows, pa.int64()))
+        for index, table in ((i, arrow_of(record, rows)) for i, rows in enumerate(per_cluster) if rows)
+    ]
+    if not parts:
+        return arrow_of(record, []).add_column(0, field, pa.array([], pa.int64()))
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+
+
+#: A table of a round besides the snapshot's: its record, and its rows for the cluster at a
+#: position of the round (what a cycle remembered, what is derived from its snapshot).
+RoundSource = tuple[type, Callable[[int], Sequence[Any]]]
+
+
+class Tables:
+    """The round's tables as DataFrames, read by name (``tables["producers"]``): every
+    cluster's rows in one table, each row with its cluster (:data:`CLUSTER`).
+
+    ``snapshots``: the snapshot of each cluster of the round (one snapshot: a round of one),
+    whose tables are :data:`SNAPSHOT_TABLES`; ``sources``: the round's other tables by name.
+    Each DataFrame is made on first use, so a table the round never reads costs nothing;
+    ``empty(name)`` says whether no cluster has rows for it, without a Spark job."""
 
     def __init__(
-        self, spark: SparkSession, snapshot: ClusterSnapshot, handover: Handover | None = None
+        self,
+        spark: SparkSession,
+        snapshots: ClusterSnapshot | Sequence[ClusterSnapshot],
+        handover: Handover | None = None,
+        sources: Mapping[str, RoundSource] | None = None,
     ) -> None:
         self._spark = spark
-        self._snapshot = snapshot
+        self._snapshots = (snapshots,) if isinstance(snapshots, ClusterSnapshot) else tuple(snapshots)
         self._handover = handover
+        self._sources = dict(sources or {})
         self._frames: dict[str, DataFrame] = {}
-        self._rows: dict[str, Sequence[Any]] = {}
+        self._rows: dict[str, tuple[Sequence[Any], ...]] = {}
 
-    def rows(self, name: str) -> Sequence[Any]:
+    def record(self, name: str) -> type:
+        return SNAPSHOT_TABLES[name][0] if name in SNAPSHOT_TABLES else self._sources[name][0]
+
+    def rows(self, name: str) -> tuple[Sequence[Any], ...]:
+        """Each cluster's rows of the table, in the round's order."""
         if name not in self._rows:
-            self._rows[name] = SNAPSHOT_TABLES[name][1](self._snapshot)
+            if name in SNAPSHOT_TABLES:
+                of = SNAPSHOT_TABLES[name][1]
+                self._rows[name] = tuple(of(s) for s in self._snapshots)
+            else:
+                at = self._sources[name][1]
+                self._rows[name] = tuple(at(i) for i in range(len(self._snapshots)))
         return self._rows[name]
 
     def empty(self, name: str) -> bool:
-        return not self.rows(name)
+        return not any(self.rows(name))
 
     def __getitem__(self, name: str) -> DataFrame:
         if name not in self._frames:
-            record = SNAPSHOT_TABLES[name][0]
-            self._frames[name] = frame_of(self._spark, record, self.rows(name), self._handover)
+            self._frames[name] = self.frame_in(name, self._spark)
         return self._frames[name]
+
+    def frame_in(self, name: str, session: SparkSession) -> DataFrame:
+        """The table as a new DataFrame of ``session`` (another session of the same
+        SparkContext: ``session.compiled_leaf``)."""
+        record = self.record(name)
+        table = keyed_arrow(record, self.rows(name))
+        schema = keyed_schema(record)
+        if self._handover is not None:
+            frame = self._handover.frame(table, schema, session=session)
+        else:
+            frame = one_partition(session.createDataFrame(table, schema))
+        return frame
+
+    def put(self, name: str, frame: DataFrame) -> None:
+        """Give the table as a frame of the round (with the cluster column): a family computed
+        over tables of its own (``families.groups.compute_groups``)."""
+        self._frames[name] = frame

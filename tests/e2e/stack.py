@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import shutil
 import subprocess
@@ -502,49 +501,14 @@ def query(prometheus: Server, expr: str) -> list[dict[str, Any]]:
 # -- the daemon under test ---------------------------------------------------------------------
 
 
-class CycleTracker:
-    """Counts the daemon's running cycles, so teardown can wait for the one ``stop()``
-    abandons instead of pulling Spark and Kafka from under it."""
-
-    def __init__(self) -> None:
-        self._changed = threading.Condition()
-        self._running = 0
-
-    def wrap(self, run_cycle: Callable[[], None]) -> Callable[[], None]:
-        def tracked() -> None:
-            with self._changed:
-                self._running += 1
-            try:
-                run_cycle()
-            finally:
-                with self._changed:
-                    self._running -= 1
-                    self._changed.notify_all()
-
-        return tracked
-
-    def wait_idle(self, timeout_s: float) -> bool:
-        with self._changed:
-            return self._changed.wait_for(lambda: self._running == 0, timeout=timeout_s)
-
-
 @contextlib.contextmanager
 def running(daemon: Any, drain_s: float) -> Iterator[Any]:
     """``daemon`` started on its schedule; at exit stopped, and the cycle ``stop()`` abandons
-    waited for (at most ``drain_s``), so Spark and Kafka are not pulled from under it.
-    APScheduler's warning at every skipped run is silenced meanwhile: these tests use a 2 s
-    interval that a cycle under load or a fault outlasts."""
-    tracker = CycleTracker()
-    for job in daemon.jobs:  # the scheduler picks run_cycle up in start()
-        job.run_cycle = tracker.wrap(job.run_cycle)
-    scheduler_log = logging.getLogger("apscheduler.scheduler")
-    previous_level = scheduler_log.level
-    scheduler_log.setLevel(logging.ERROR)
+    waited for (at most ``drain_s``), so Spark and Kafka are not pulled from under it."""
     try:
         daemon.start()
         yield daemon
     finally:
         daemon.stop()
-        drained = tracker.wait_idle(drain_s)
-        scheduler_log.setLevel(previous_level)
+        drained = daemon.wait_idle(drain_s)
         assert drained, f"a collection cycle was still running {drain_s:.0f} s after stop()"

@@ -28,8 +28,10 @@ from exporter.model import (
     CollectionError,
     CycleResult,
     GroupOffset,
+    PipelineMemory,
     PipelineSettings,
 )
+from exporter.pipeline.rounds import ClusterRun, RoundResult
 from tests.unit.test_pipeline import (
     DAY,
     MIN,
@@ -148,6 +150,43 @@ CYCLES: tuple[tuple[str, Callable[[], ClusterSnapshot], PipelineSettings, int, b
 )
 
 
+#: A fleet for one round (cluster, settings, consumer-group config): clusters that differ in
+#: what the round's one plan reads per cluster.
+ROUND_FLEET: tuple[tuple[str, PipelineSettings, GroupsConfig | None], ...] = (
+    ("east", RICH_SETTINGS, RICH_GROUPS),
+    (
+        "west",
+        PipelineSettings(hanging_confirm_cycles=1, max_findings=2, lso_lag_series="all"),
+        GroupsConfig(enabled=True, blocked_after_cycles=1, max_group_series=1),
+    ),
+    ("plain", PipelineSettings(late_padding_ms=0), None),
+)
+
+
+def run_rounds(compute_round: Callable[[list[ClusterRun]], RoundResult]) -> list[dict[str, CycleResult]]:
+    """Two rounds of :data:`ROUND_FLEET` on the rich snapshots (``plain`` is not ready for
+    the second), each cluster's memory carried; each round's results by cluster."""
+    rounds: list[dict[str, CycleResult]] = []
+    memory: dict[str, PipelineMemory | None] = {name: None for name, _, _ in ROUND_FLEET}
+    for cycle in (1, 2):
+        runs = [
+            ClusterRun(
+                dataclasses.replace(rich_snapshot(cycle), cluster=name),
+                memory[name],
+                NOW + (cycle - 1) * 30 * SEC,
+                settings,
+                groups,
+            )
+            for name, settings, groups in ROUND_FLEET
+            if not (cycle == 2 and name == "plain")
+        ]
+        outcome = compute_round(runs)
+        assert not outcome.failures, outcome.failures
+        memory.update({name: result.memory for name, result in outcome.results.items()})
+        rounds.append(dict(outcome.results))
+    return rounds
+
+
 def run_cycles(
     compute_cycle: Callable[[ClusterSnapshot, PipelineSettings, CycleResult | None, int], CycleResult],
 ) -> list[CycleResult]:
@@ -184,6 +223,7 @@ def main(argv: list[str]) -> int:
 
     from exporter.config import SparkConfig
     from exporter.pipeline.compute import compute
+    from exporter.pipeline.rounds import compute_round
     from exporter.pipeline.session import FILE_MIN_ROWS_CONF, spark_session, stop
 
     (url,) = argv
@@ -197,10 +237,12 @@ def main(argv: list[str]) -> int:
                 spark, snap, settings, previous.memory if previous else None, now_ms, groups=RICH_GROUPS
             )
         )
+        rounds = run_rounds(lambda runs: compute_round(spark, runs))
         document = {
             "session": f"{type(spark).__module__}.{type(spark).__name__}",
             "jvm_in_client": SparkContext._active_spark_context is not None,
             "results": [comparable(r) for r in results],
+            "rounds": [{name: comparable(r) for name, r in round_.items()} for round_ in rounds],
         }
     finally:
         stop(spark)

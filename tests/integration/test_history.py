@@ -176,7 +176,8 @@ def test_daemon_history_then_report_tells_what_happened(
         b - a for (a, _), (b, _) in zip(seen.cycles, seen.cycles[1:], strict=False)
     )
 
-    incidents = {(i["topic"], i["partition"]): i for i in report["incidents"]}
+    # The broker is shared by the session: other tests' transactions may linger on other topics.
+    incidents = {(i["topic"], i["partition"]): i for i in report["incidents"] if i["topic"] == topic}
     assert set(incidents) == {(topic, 1), (topic, 2)}, report["incidents"]
     h, late = incidents[(topic, 1)], incidents[(topic, 2)]
     assert (h["producer_id"], h["start_offset"]) == (stuck.producer_id, stuck.start_offset)
@@ -203,8 +204,8 @@ def test_daemon_history_then_report_tells_what_happened(
     assert action["lso_after"] > stuck.start_offset
     assert action["evidence"]["reason"]
 
-    assert [t["topic"] for t in report["topics"]] == [topic]
-    assert report["topics"][0]["peak_lso_lag"] >= 6
+    (ours,) = [t for t in report["topics"] if t["topic"] == topic]
+    assert ours["peak_lso_lag"] >= 6
     (health,) = report["health"]["clusters"]
     assert health["cycles_complete"] + health["cycles_partial"] == len(seen.cycles)
 

@@ -35,10 +35,11 @@ from pyspark.sql import SparkSession
 
 from exporter.model import CycleResult, TxnClass
 from exporter.pipeline.compute import compute
+from exporter.pipeline.rounds import compute_round
 from testbed.broker import KafkaCluster
 from testbed.scenarios import OpenTransaction, produce_plain, run_transaction
 from tests.fixtures_kafka import HangingFactory
-from tests.integration.spark_connect_cycles import CYCLES, RICH_GROUPS, comparable, run_cycles
+from tests.integration.spark_connect_cycles import CYCLES, RICH_GROUPS, comparable, run_cycles, run_rounds
 from tests.spark_connect_server import STOP_TIMEOUT_S, connect_server, log_tail
 from tests.unit.test_pipeline import candidates
 
@@ -117,21 +118,43 @@ def assert_meaningful(results: list[CycleResult]) -> None:
     assert len(rich1.groups.partition_lags) == 3
 
 
-def test_pipeline_on_spark_connect_equals_local(spark: SparkSession, connect_url: str) -> None:
-    # The Connect client works in its own process meanwhile: both finish sooner.
-    client = start_connect_client(connect_url)
+class ConnectClient:
+    """The Connect client process of :mod:`tests.integration.spark_connect_cycles`, started
+    once for the module (it runs its cycles meanwhile); its document read once."""
+
+    def __init__(self, url: str) -> None:
+        self._process = start_connect_client(url)
+        self._document: dict[str, Any] | None = None
+
+    def document(self) -> dict[str, Any]:
+        if self._document is None:
+            self._document = connect_client_output(self._process)
+        return self._document
+
+    def stop(self) -> None:
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.wait(timeout=STOP_TIMEOUT_S)
+
+
+@pytest.fixture(scope="module")
+def connect_client(connect_url: str) -> Iterator[ConnectClient]:
+    client = ConnectClient(connect_url)
     try:
-        local = run_cycles(
-            lambda snap, settings, previous, now_ms: compute(
-                spark, snap, settings, previous.memory if previous else None, now_ms, groups=RICH_GROUPS
-            )
-        )
-        assert_meaningful(local)
-        remote = connect_client_output(client)
+        yield client
     finally:
-        if client.poll() is None:
-            client.kill()
-            client.wait(timeout=STOP_TIMEOUT_S)
+        client.stop()
+
+
+def test_pipeline_on_spark_connect_equals_local(spark: SparkSession, connect_client: ConnectClient) -> None:
+    # The Connect client works in its own process meanwhile: both finish sooner.
+    local = run_cycles(
+        lambda snap, settings, previous, now_ms: compute(
+            spark, snap, settings, previous.memory if previous else None, now_ms, groups=RICH_GROUPS
+        )
+    )
+    assert_meaningful(local)
+    remote = connect_client.document()
     assert remote["session"] == "pyspark.sql.connect.session.SparkSession"
     assert remote["jvm_in_client"] is False
     assert len(remote["results"]) == len(CYCLES)
@@ -140,6 +163,27 @@ def test_pipeline_on_spark_connect_equals_local(spark: SparkSession, connect_url
         assert set(got) == set(want), name
         for field in dataclasses.fields(CycleResult):
             assert got[field.name] == want[field.name], f"cycle {name}: field {field.name}"
+
+
+def test_a_fleet_round_on_spark_connect_equals_the_embedded_round(
+    spark: SparkSession, connect_client: ConnectClient
+) -> None:
+    """Three differently configured clusters in one plan, two rounds with memory carried
+    (one cluster not ready for the second): the Connect server's round gives what the
+    embedded session's round gives, cluster by cluster and field by field."""
+    local = run_rounds(lambda runs: compute_round(spark, runs))
+    assert [sorted(r) for r in local] == [["east", "plain", "west"], ["east", "west"]]
+    assert local[1]["east"].groups is not None and local[1]["east"].groups.blocked
+    assert local[1]["west"].findings and local[0]["plain"].findings
+    remote = connect_client.document()["rounds"]
+    assert [sorted(r) for r in remote] == [sorted(r) for r in local]
+    for number, (expected, got) in enumerate(zip(local, remote, strict=True), start=1):
+        for cluster, result in expected.items():
+            want = comparable(result)
+            for field in dataclasses.fields(CycleResult):
+                assert got[cluster][field.name] == want[field.name], (
+                    f"round {number}, {cluster}: {field.name}"
+                )
 
 
 # --- the daemon in thin mode ------------------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from exporter.config.groups import BUILTIN_RULES, AttributionRule, parse_attribution, spring_rule
-from exporter.pipeline.attribution import application_column
+from exporter.pipeline.families.attribution import application_column
 
 pytestmark = pytest.mark.spark
 

@@ -10,6 +10,7 @@ import yaml
 from exporter.cli import main
 from exporter.config import (
     CLUSTER,
+    COLLECTION,
     CONFIG,
     LOG,
     PIPELINE,
@@ -55,6 +56,7 @@ def test_reference_config_documents_every_key() -> None:
     assert set(raw["log"]) == set(LOG.names)
     assert set(raw["spark"]) == set(SPARK.names)
     assert set(raw["pipeline"]) == set(PIPELINE.names)
+    assert set(raw["collection"]) == set(COLLECTION.names)
     assert set(raw["clusters"][0]) == set(CLUSTER.names)
     assert set(raw["clusters"][0]["topics"]) == {"allow", "deny"}
 

@@ -9,7 +9,7 @@ import pytest
 from exporter.kafka.consumable import Gap, consumable_gaps
 from exporter.kafka.groups import _OffsetColumns
 from exporter.model import GroupOffset, GroupOffsets, PartitionOffsets
-from exporter.pipeline.groups import GROUP_OFFSETS
+from exporter.pipeline.tables import arrow_of, schema_of
 
 RECORDS = (
     GroupOffset("g1", "t", 0, 10, 1, "Stable"),
@@ -34,7 +34,8 @@ def test_columns_read_back_as_the_records_they_were_made_of() -> None:
 
 def test_the_columns_are_the_records_fields_and_the_spark_tables_columns_in_one_order() -> None:
     assert tuple(f.name for f in fields(GroupOffset)) == GroupOffsets.FIELDS
-    assert tuple(GROUP_OFFSETS.fieldNames()) == GroupOffsets.FIELDS
+    assert tuple(schema_of(GroupOffset).fieldNames()) == GroupOffsets.FIELDS
+    assert arrow_of(GroupOffset, GroupOffsets.of(RECORDS)) == arrow_of(GroupOffset, RECORDS)
     assert GroupOffsets.of(RECORDS).columns()[3] == (10, 5, -1)
 
 

@@ -20,8 +20,9 @@ from exporter.model import (
     GroupsResult,
     TxnClass,
 )
-from exporter.pipeline.groups import compute_groups, group_frames, group_input_frames
-from exporter.pipeline.tables import one_partition
+from exporter.pipeline import transport
+from exporter.pipeline.families.groups import FAMILY, compute_groups, family_run, group_frames
+from exporter.pipeline.tables import Column, one_partition
 
 pytestmark = pytest.mark.spark
 
@@ -424,13 +425,18 @@ def test_nothing_committed_yields_no_lag(spark: SparkSession) -> None:
     assert [g.group for g in result.groups] == ["new"]
 
 
+def _one_action(frames: dict[str, DataFrame]) -> dict[str, tuple[tuple[Column, ...], DataFrame]]:
+    """The family's outputs as the round's one action reads them (by each output's record)."""
+    return {o.name: (o.columns, frames[o.name]) for o in FAMILY.outputs if o.name in frames}
+
+
 def test_a_cycle_without_checks_or_carry_shuffles_nothing(spark: SparkSession) -> None:
     """Every input is one partition (Arrow tables, as the daemon's cycle hands them over), so
     no join or aggregation of the family needs an exchange, also when the consumable checks
     and the carried tables are empty (the usual cycle): an empty input sized as unknown
     (8 EiB) made the planner shuffle every join above it, the 100k offset rows of 1000
     groups x 100 partitions twice."""
-    inputs = group_input_frames(spark, [offset(f"g{i}", 10, partition=p) for i in range(3) for p in range(2)])
+    run = family_run([offset(f"g{i}", 10, partition=p) for i in range(3) for p in range(2)], CONFIG, T0)
     parts = one_partition(
         spark.createDataFrame(
             pa.table(
@@ -450,8 +456,8 @@ def test_a_cycle_without_checks_or_carry_shuffles_nothing(spark: SparkSession) -
             ", ".join(f"{name} {kind}" for name, kind in TXN_TYPES),
         )
     )
-    frames = group_frames(inputs, parts, txns, CONFIG, T0)
-    plan = frames.single()._jdf.queryExecution().executedPlan().toString()
+    union, _ = transport.union(_one_action(group_frames(spark, run, parts, txns)))
+    plan = union._jdf.queryExecution().executedPlan().toString()
     assert "Exchange" not in plan, plan
 
 
@@ -461,19 +467,20 @@ def test_each_output_of_the_family_reads_alone_as_it_reads_in_the_one_action(spa
     result = cycles(
         spark, [offset("reader", 10), offset("behind", 4)], [(TOPIC, 0, 15, 10)], [OPEN_AT_10], 3
     )[-1]
-    inputs = group_input_frames(spark, [offset("reader", 10), offset("behind", 4)], carry=result.carry)
+    run = family_run([offset("reader", 10), offset("behind", 4)], CONFIG, T0, carry=result.carry)
     frames = group_frames(
-        inputs, partitions(spark, [(TOPIC, 0, 15, 10)]), transactions(spark, [OPEN_AT_10]), CONFIG, T0
+        spark, run, partitions(spark, [(TOPIC, 0, 15, 10)]), transactions(spark, [OPEN_AT_10])
     )
-    together: dict[str, list[dict[str, object]]] = {}
-    for row in frames.single().collect():
-        together.setdefault(row["kind"], []).append(json.loads(row["row"]))
-    assert set(together) >= {"lags", "blocked", "groups", "lso_history", "at_lso"}
-    for name in frames.queries:
-        # as to_json writes a row: without its null fields
-        alone = [
-            {k: v for k, v in r.asDict(recursive=True).items() if v is not None}
-            for r in frames.frame(name).collect()
-        ]
+    out = _one_action(frames)
+    together = transport.collect({}, out)
+    assert {name for name, rows in together.items() if rows} >= {
+        "lags",
+        "blocked",
+        "groups",
+        "lso_history",
+        "at_lso",
+    }
+    for name, (columns, frame) in out.items():
+        alone = [r.asDict() for r in frame.select(*(c.name for c in columns)).collect()]
         key = json.dumps
-        assert sorted(alone, key=key) == sorted(together.get(name, []), key=key), name
+        assert sorted(alone, key=key) == sorted(together[name].get(0, []), key=key), name

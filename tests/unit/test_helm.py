@@ -940,6 +940,143 @@ def test_the_charts_connect_server_plans_like_the_embedded_driver(helm: str) -> 
         assert conf.get(key) == LOCAL_DEFAULTS[key], key
 
 
+# ---- a fleet: cluster files (config cluster_files)
+
+FLEET_VALUES = REPO / "deploy" / "examples" / "fleet-values.yaml"
+CLUSTER_FILES_PATH = "/etc/kafka-txn-exporter-clusters"
+
+
+@pytest.fixture(scope="module")
+def fleet(helm: str) -> list[Manifest]:
+    return render(helm, [FLEET_VALUES])
+
+
+def cluster_files_configmap(docs: list[Manifest]) -> Manifest:
+    return next(d for d in objects(docs, "ConfigMap") if d["metadata"]["name"] == f"{FULLNAME}-clusters")
+
+
+def test_fleet_example_lints(helm: str) -> None:
+    result = run_helm(helm, "lint", "--strict", CHART, "--values", FLEET_VALUES)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_fleet_example_is_one_deployment_watching_every_cluster_file(
+    fleet: list[Manifest], tmp_path: Path
+) -> None:
+    from exporter.config.model import read_cluster_files
+
+    deployment = one(fleet, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    config = rendered_config(fleet)
+    assert config["cluster_files"] == CLUSTER_FILES_PATH
+    assert "clusters" not in config or config["clusters"] == []
+    pod = deployment["spec"]["template"]["spec"]
+    mount = mounts_by_path(exporter_container(pod))[CLUSTER_FILES_PATH]
+    assert mount["readOnly"] is True
+    assert volumes_by_name(pod)[mount["name"]] == {
+        "name": mount["name"],
+        "configMap": {"name": f"{FULLNAME}-clusters"},
+    }
+    files = cluster_files_configmap(fleet)["data"]
+    example = yaml.safe_load(FLEET_VALUES.read_text())["clusterFiles"]["files"]
+    assert sorted(files) == sorted(f"{name}.yml" for name in example)
+
+    # The exporter reads what the pod gets: the config, and the directory of cluster files
+    # (their Secrets faked), every cluster named after its file.
+    directory = tmp_path / CLUSTER_FILES_PATH.lstrip("/")
+    directory.mkdir(parents=True)
+    for name, text in files.items():
+        raw = yaml.safe_load(text)
+        for prop, path in (raw.get("kafka_files") or {}).items():
+            fake = tmp_path / path.lstrip("/")
+            fake.parent.mkdir(parents=True, exist_ok=True)
+            fake.write_text("not-a-real-secret\n")
+            raw["kafka_files"][prop] = str(fake)
+        (directory / name).write_text(yaml.safe_dump(raw))
+    parsed = parse_config({**config, "cluster_files": str(directory)}, env={}, base_dir=tmp_path)
+    assert sorted(c.name for c in parsed.clusters) == sorted(example)
+    assert {c.name: c.interval_ms for c in parsed.clusters}["staging"] == 60_000
+    from exporter.config.keys import Reader
+
+    reader = Reader(env={}, base_dir=tmp_path)
+    assert len(read_cluster_files(reader, directory, "cluster_files")) == len(example)
+    assert reader.problems == []
+
+
+def test_fleet_example_is_sized_from_the_fleet_benchmark(fleet: list[Manifest]) -> None:
+    """docs/operations.md ("Many clusters") records the peak RSS of five clusters in one
+    process; the example requests it with the chart's usual 1.3 x headroom."""
+    resources = exporter_container(one(fleet, "Deployment")["spec"]["template"]["spec"])["resources"]
+    operations = (REPO / "docs" / "operations.md").read_text()
+    marker = "fleet sizing: peak RSS of five clusters "
+    assert marker in operations, "docs/operations.md must record the fleet benchmark's peak RSS"
+    peak_mib = float(operations.split(marker, 1)[1].split()[0])
+    request = int(resources["requests"]["memory"].removesuffix("Mi"))
+    limit = int(resources["limits"]["memory"].removesuffix("Mi"))
+    assert request >= peak_mib * 1.3
+    assert limit >= request
+
+
+def test_cluster_files_change_rolls_the_pod(helm: str, fleet: list[Manifest]) -> None:
+    key = "checksum/kafka-txn-exporter-config"
+    before = one(fleet, "Deployment")["spec"]["template"]["metadata"]["annotations"][key]
+    after = render(helm, [FLEET_VALUES], ["clusterFiles.files.staging.interval=2m"])
+    assert one(after, "Deployment")["spec"]["template"]["metadata"]["annotations"][key] != before
+
+
+def test_an_existing_configmap_of_cluster_files_is_mounted_instead(helm: str) -> None:
+    docs = render(
+        helm,
+        sets=["config.clusters=null", "clusterFiles.existingConfigMap=my-fleet", "clusterFiles.path=/fleet"],
+    )
+    assert [d["metadata"]["name"] for d in objects(docs, "ConfigMap")] == [FULLNAME]
+    assert rendered_config(docs)["cluster_files"] == "/fleet"
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    mount = mounts_by_path(exporter_container(pod))["/fleet"]
+    assert volumes_by_name(pod)[mount["name"]]["configMap"] == {"name": "my-fleet"}
+
+
+@pytest.mark.parametrize(
+    ("sets", "expected"),
+    [
+        (
+            ["config.clusters=null"],
+            "config.clusters is empty: give at least one cluster there or in clusterFiles",
+        ),
+        (
+            ["clusterFiles.existingConfigMap=a", "clusterFiles.files.x.bootstrap_servers=h:1"],
+            "clusterFiles: set files or existingConfigMap, not both",
+        ),
+        (
+            [
+                "clusterFiles.files.x.bootstrap_servers=h:1",
+                "clusterFiles.files.x.kafka.sasl\\.password=hunter2",
+            ],
+            "clusterFiles.files.x.kafka.sasl.password: a secret must not be a literal in values",
+        ),
+        (
+            ["clusterFiles.files.x.bootstrap_servers=h:1", "config.cluster_files=/elsewhere"],
+            'config.cluster_files "/elsewhere" is not clusterFiles.path',
+        ),
+    ],
+    ids=["no-cluster", "both", "literal-secret", "other-path"],
+)
+def test_cluster_files_values_that_would_fail_fail_with_a_message(
+    helm: str, sets: list[str], expected: str
+) -> None:
+    args: list[str | Path] = []
+    for s in sets:
+        args += ["--set", s]
+    assert expected in render_error(helm, *args)
+
+
+def test_a_cluster_file_in_values_takes_the_keys_of_a_clusters_entry() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]
+    entry = schema["config"]["properties"]["clusters"]["items"]
+    cluster_file = schema["clusterFiles"]["properties"]["files"]["additionalProperties"]
+    assert cluster_file == {**entry, "required": [r for r in entry["required"] if r != "name"]}
+
+
 def test_the_exporter_container_tells_the_cli_where_its_last_cycle_is_answered(
     helm: str, pod_spec: Manifest
 ) -> None:

@@ -18,7 +18,9 @@ from exporter.daemon.cycle import ClusterJob
 from exporter.logs import JVM_LOGGER, QUIET_LIBRARIES, jvm_line_level, setup_logging
 from exporter.metrics.collector import ExporterMetrics
 from exporter.metrics.state import StateStore
-from exporter.model import ClusterSnapshot, CycleResult
+from exporter.model import ClusterSnapshot, CycleResult, PipelineSettings
+from exporter.pipeline.compute import ComputeStats
+from exporter.pipeline.rounds import ClusterRun, RoundResult
 from exporter.pipeline.session import relay_driver_output
 
 NOW = 1_700_000_000_000
@@ -100,8 +102,11 @@ class _Collector:
 
 
 class _Pipeline:
-    def compute(self, snapshot: ClusterSnapshot, memory: Any, now_ms: int, **_: Any) -> CycleResult:
-        return CycleResult(cluster="prod", computed_at_ms=now_ms)
+    settings = PipelineSettings()
+
+    def compute_round(self, runs: list[ClusterRun]) -> RoundResult:
+        results = {r.cluster: CycleResult(cluster=r.cluster, computed_at_ms=r.now_ms) for r in runs}
+        return RoundResult(results=results, failures={}, stats=ComputeStats())
 
 
 def _job(registry: CollectorRegistry) -> ClusterJob:
@@ -122,7 +127,7 @@ def test_a_streak_of_skipped_runs_is_counted_each_and_said_once_in_the_line_of_t
     registry = CollectorRegistry()
     job = _job(registry)
     with caplog.at_level(logging.DEBUG, logger="exporter.daemon.cycle"):
-        for _ in range(3):  # the first cycle waits for Spark: APScheduler skips its runs
+        for _ in range(3):  # the first cycle waits for Spark: its scheduled runs are skipped
             job.skipped()
         assert caplog.records == []  # nothing per skipped run
         job.run_cycle()

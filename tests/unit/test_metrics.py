@@ -5,16 +5,22 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from exporter.config import parse_config
+from exporter.daemon.cycle import ClusterJob
 from exporter.metrics.collector import ExporterMetrics, TransactionHealthCollector
+from exporter.metrics.families import renderers
 from exporter.metrics.state import ClusterState, StateStore
 from exporter.model import (
     ApplicationTransactions,
     BrokerMetrics,
+    ClusterSnapshot,
     CoordinatorCount,
     CoordinatorMetrics,
     CycleResult,
@@ -24,9 +30,11 @@ from exporter.model import (
     PipelineMemory,
     PipelineSettings,
     StartTimeSource,
+    TopicMetrics,
     TxnClass,
     UnknownReason,
 )
+from exporter.pipeline.families import family_names
 
 NOW = 1_800_000_000.0
 
@@ -264,3 +272,66 @@ def test_readiness_needs_a_complete_cycle() -> None:
     assert not store.ready
     store.put(ClusterState(cluster="b", up=True, cycles_complete=1))
     assert store.ready
+
+
+class _Collector:
+    def collect(self, **_: Any) -> ClusterSnapshot:
+        return ClusterSnapshot(cluster="prod", taken_at_ms=int(NOW * 1000))
+
+    def close(self) -> None:
+        pass
+
+
+class _PipelineWithAFailedFamily:
+    def compute(self, snapshot: ClusterSnapshot, memory: PipelineMemory | None, now_ms: int, **_: Any) -> Any:
+        return CycleResult(cluster="prod", computed_at_ms=now_ms, failed_families=("groups",))
+
+
+def test_a_failed_pipeline_family_is_counted_per_cluster_and_family_from_zero() -> None:
+    registry = CollectorRegistry()
+    config = parse_config({"clusters": [{"name": "prod", "bootstrap_servers": "127.0.0.1:1"}]}, env={})
+    job = ClusterJob(
+        config.clusters[0],
+        _Collector(),  # type: ignore[arg-type]
+        _PipelineWithAFailedFamily(),  # type: ignore[arg-type]
+        StateStore(["prod"]),
+        ExporterMetrics(registry, ["prod", "idle"]),
+        clock=lambda: NOW,
+    )
+    name = "kafka_txn_exporter_pipeline_family_errors_total"
+    for cluster in ("prod", "idle"):
+        for family in family_names():
+            assert registry.get_sample_value(name, {"kafka_cluster": cluster, "family": family}) == 0
+    job.run_cycle()
+    assert registry.get_sample_value(name, {"kafka_cluster": "prod", "family": "groups"}) == 1
+    assert registry.get_sample_value(name, {"kafka_cluster": "prod", "family": "classification"}) == 0
+    assert {"classification", "groups", "coordinators"} <= set(family_names())
+
+
+def test_every_family_renderer_module_is_rendered_at_each_scrape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A renderer is found by its module (exporter/metrics/families): the collector renders
+    each one with every cluster's latest result, no list to extend."""
+    from prometheus_client.core import GaugeMetricFamily, Metric
+
+    from exporter.metrics import collector
+
+    def clusters(results: Sequence[tuple[str, CycleResult]], cluster_label: str) -> Iterator[Metric]:
+        family = GaugeMetricFamily("kafka_txn_test_clusters", "Clusters rendered.", labels=[cluster_label])
+        for cluster, _ in results:
+            family.add_metric([cluster], 1.0)
+        yield family
+
+    monkeypatch.setattr(collector, "renderers", lambda: (clusters,))
+    assert render().get_sample_value("kafka_txn_test_clusters", {"kafka_cluster": "prod"}) == 1
+    assert all(callable(r) for r in renderers())
+
+
+def test_topic_series_one_per_topic() -> None:
+    topics = (TopicMetrics("orders", 42, 10_000_000, 1), TopicMetrics("pay", 0, None, 0))
+    r = render(cycle=replace(result(), topics=topics))
+    orders, pay = ({"kafka_cluster": "prod", "topic": t} for t in ("orders", "pay"))
+    assert r.get_sample_value("kafka_txn_topic_max_last_stable_offset_lag", orders) == 42
+    assert r.get_sample_value("kafka_txn_topic_max_active_transaction_duration_seconds", orders) == 10_000
+    assert r.get_sample_value("kafka_txn_topic_partitions_with_open_transactions", orders) == 1
+    assert r.get_sample_value("kafka_txn_topic_max_last_stable_offset_lag", pay) == 0
+    assert r.get_sample_value("kafka_txn_topic_max_active_transaction_duration_seconds", pay) is None

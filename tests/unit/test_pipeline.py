@@ -42,7 +42,7 @@ from exporter.model import (
     WatchedTransaction,
 )
 from exporter.pipeline.compute import FINDINGS_OUTPUTS, ComputeStats, compute
-from exporter.pipeline.session import PLAN_DEFAULTS, codegen_session, rehome, session_conf
+from exporter.pipeline.session import PLAN_DEFAULTS, compiled_leaf, session_conf
 
 NOW = 1_700_000_000_000
 SEC = 1000
@@ -1146,16 +1146,21 @@ def test_a_step_planned_in_the_code_generating_session_is_read_by_the_cycles_ses
 ) -> None:
     from pyspark.sql import functions as F
 
-    child = codegen_session(spark)
+    planned_in: list[SparkSession] = []
+
+    def step(session: SparkSession) -> DataFrame:
+        planned_in.append(session)
+        return session.range(5).groupBy((F.col("id") % 2).alias("k")).count()
+
+    leaf = compiled_leaf(spark, step)
+    compiled_leaf(spark, step)
+    child = planned_in[0]
     assert child is not spark
-    assert codegen_session(spark) is child
+    assert planned_in == [child, child]  # one session of its own, made once
     assert child.conf.get("spark.sql.codegen.wholeStage") == "true"
     assert spark.conf.get("spark.sql.codegen.wholeStage") == "false"  # the cycle's stays interpreted
-    leaf = child.range(5).groupBy((F.col("id") % 2).alias("k")).count().localCheckpoint(eager=False)
-    moved = rehome(leaf, spark)
-    assert moved.sparkSession is spark
-    assert sorted(tuple(r) for r in moved.collect()) == [(0, 3), (1, 2)]
-    assert rehome(moved, spark) is moved
+    assert leaf.sparkSession is spark
+    assert sorted(tuple(r) for r in leaf.collect()) == [(0, 3), (1, 2)]
 
 
 def test_the_group_familys_large_step_compiles_once_and_gives_the_interpreted_results(
@@ -1164,7 +1169,7 @@ def test_the_group_familys_large_step_compiles_once_and_gives_the_interpreted_re
     """The family aggregates every offset row in the code-generating session: its plan holds
     no clock, so after the first cycles nothing more is compiled however the clock moves,
     and every output equals the family's run interpreted."""
-    import exporter.pipeline.groups as family
+    from exporter.pipeline import session
 
     jvm = spark.sparkContext._jvm
     assert jvm is not None
@@ -1199,7 +1204,7 @@ def test_the_group_familys_large_step_compiles_once_and_gives_the_interpreted_re
     compiled_run = cycles()
     last = compiled_run[-1]
     assert last is not None and last.blocked and last.lags
-    monkeypatch.setattr(family, "codegen_session", lambda session: session)
+    monkeypatch.setattr(session, "_codegen_session", lambda spark: spark)
     assert cycles() == compiled_run
 
 
@@ -1649,3 +1654,35 @@ def test_open_transactions_are_counted_per_application_and_class_whether_or_not_
 def test_no_open_transaction_counts_no_application(spark: SparkSession) -> None:
     result = compute(spark, snapshot(partitions=[offsets(hw=10, lso=10)]), AT_ONCE, None, NOW)
     assert result.open_transactions_by_application == ()
+
+
+# --- topics ----------------------------------------------------------------------------------
+
+
+def test_each_topic_has_its_largest_lso_lag_oldest_open_transaction_and_open_partitions(
+    spark: SparkSession,
+) -> None:
+    snap = snapshot(
+        producers=[
+            producer("t", 0, pid=1, last_ts=NOW - 3 * MIN),
+            producer("t", 2, pid=2, last_ts=NOW - MIN),
+        ],
+        partitions=[
+            offsets("t", 0, hw=500, lso=100),
+            offsets("t", 1, hw=70, lso=70),
+            offsets("t", 2, hw=30, lso=10),
+            offsets("u", 0, hw=9, lso=9),  # caught up, nothing open: still a topic
+            offsets("v", 0, hw=-1, lso=-1),  # offsets not read
+        ],
+    )
+    result = run(spark, snap)  # lso_lag_series "nonzero": the topics do not depend on it
+    assert [
+        (
+            t.topic,
+            t.max_last_stable_offset_lag,
+            t.max_active_transaction_duration_ms,
+            t.partitions_with_open_transactions,
+        )
+        for t in result.topics
+    ] == [("t", 400, 3 * MIN, 2), ("u", 0, None, 0), ("v", 0, None, 0)]
+    assert compute(spark, snap, AT_ONCE, None, NOW, outputs=FINDINGS_OUTPUTS).topics == ()

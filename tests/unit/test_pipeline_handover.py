@@ -89,12 +89,12 @@ def test_large_tables_become_checkpoints_where_the_engine_cannot_read_our_files_
     spark: SparkSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     snap, in_plan = _with_every_table_in_the_plan(spark, monkeypatch)
-    checkpointed: list[int] = []
+    checkpointed: list[tuple[str, ...]] = []
     classic = type(spark.range(1))
     checkpoint = classic.localCheckpoint
 
     def spy(frame: DataFrame, eager: bool = True, storageLevel: Any = None) -> DataFrame:  # noqa: N803
-        checkpointed.append(len(frame.columns))
+        checkpointed.append(tuple(frame.columns))
         return checkpoint(frame, eager)
 
     monkeypatch.setattr(tables, "_reads_our_files", lambda session: False)
@@ -104,8 +104,9 @@ def test_large_tables_become_checkpoints_where_the_engine_cannot_read_our_files_
 
     # Each cycle: the 200 partitions' offsets and the group family's inputs past 50 rows
     # (its 400 offsets, the partitions' LSO history), besides the classification's own
-    # checkpoint; the smaller tables stay in the plan. (A checkpoint is told by its width.)
-    offsets = len(tables.columns_of(PartitionOffsets))
+    # checkpoint; the smaller tables stay in the plan. (A checkpoint is told by its columns:
+    # the cluster's and the record's.)
+    offsets = tuple(tables.keyed_schema(PartitionOffsets).fieldNames())
     assert len(checkpointed) == 2 * 4 and checkpointed.count(offsets) == 2, checkpointed
     assert remote_like == in_plan
 

@@ -8,10 +8,19 @@ from dataclasses import replace
 import pytest
 from pyspark.sql import SparkSession
 
-from exporter.model import PipelineSettings, TxnClass
-from exporter.pipeline.compute import compute
+from exporter.config.groups import BUILTIN_RULES, AttributionRule, GroupsConfig
+from exporter.model import (
+    ClusterSnapshot,
+    CycleResult,
+    GroupsCarry,
+    PipelineMemory,
+    PipelineSettings,
+    TxnClass,
+)
+from exporter.pipeline.compute import ComputeStats, compute
 from exporter.pipeline.rounds import ClusterRun, compute_round
-from tests.unit.test_pipeline import NOW, described, listed, offsets, producer, snapshot
+from tests.integration.spark_connect_cycles import RICH_GROUPS, RICH_SETTINGS, rich_snapshot
+from tests.unit.test_pipeline import MIN, NOW, SEC, described, listed, offsets, producer, snapshot
 
 pytestmark = pytest.mark.spark
 
@@ -52,3 +61,120 @@ def test_a_cluster_whose_input_fails_fails_only_its_own_cycle(spark: SparkSessio
 def test_a_round_holds_each_cluster_once(spark: SparkSession) -> None:
     with pytest.raises(ValueError, match="each cluster once"):
         compute_round(spark, [_ongoing_cluster("x"), _ongoing_cluster("x")])
+
+
+# --- a fleet in one plan ---------------------------------------------------------------------
+
+CUSTOM_RULES = (AttributionRule("late", r"^late-", application="late-app"), *BUILTIN_RULES)
+#: Each cluster's own settings, consumer-group config and attribution rules: clusters that
+#: differ in everything the plan reads per cluster still share the round's one plan.
+FLEET: dict[str, tuple[PipelineSettings, GroupsConfig | None, tuple[AttributionRule, ...]]] = {
+    "rich": (RICH_SETTINGS, RICH_GROUPS, BUILTIN_RULES),
+    "strict": (
+        PipelineSettings(hanging_confirm_cycles=4, max_findings=2, lso_lag_series="all"),
+        GroupsConfig(enabled=True, blocked_after_cycles=1, max_group_series=1, max_blocked=0),
+        CUSTOM_RULES,
+    ),
+    "plain": (PipelineSettings(late_padding_ms=10 * MIN, lso_lag_series="open"), None, BUILTIN_RULES),
+    "blind": (PipelineSettings(hanging_confirm_cycles=1), RICH_GROUPS, BUILTIN_RULES),
+}
+
+
+def _fleet_snapshot(name: str, round_: int) -> ClusterSnapshot:
+    """The rich snapshot (every class, KIP-588, consumer groups) as cluster ``name`` sees it
+    in round ``round_``; ``blind`` cannot see every transactional id and one of its brokers
+    did not answer ListTransactions."""
+    snap = replace(rich_snapshot(min(round_, 2)), cluster=name, taken_at_ms=_now(name, round_))
+    if name == "blind":
+        snap = replace(snap, transactional_ids_visible=False, coordinators_listed=frozenset({1}))
+    return snap
+
+
+def _now(name: str, round_: int) -> int:
+    """Each cluster's own clock: the rounds are 30 s apart, the clusters a few ms."""
+    return NOW + (round_ - 1) * 30 * SEC + list(FLEET).index(name) * 7
+
+
+def _run(name: str, round_: int, memory: PipelineMemory | None) -> ClusterRun:
+    settings, groups, rules = FLEET[name]
+    return ClusterRun(_fleet_snapshot(name, round_), memory, _now(name, round_), settings, groups, rules)
+
+
+def _alone(spark: SparkSession, run: ClusterRun) -> CycleResult:
+    return compute(
+        spark, run.snapshot, run.settings, run.memory, run.now_ms, groups=run.groups, rules=run.rules
+    )
+
+
+def test_a_fleet_round_equals_each_clusters_own_cycles_over_rounds_with_one_cluster_skipped(
+    spark: SparkSession,
+) -> None:
+    """Four clusters that differ in every per-cluster setting, over three rounds, memory
+    carried from round to round; ``blind`` is not ready in round 2 (left out) and joins
+    round 3 with the memory of its round 1. Each round is one Spark action, and every
+    cluster's result is exactly what its own cycle gives on the same snapshot and memory."""
+    memory: dict[str, PipelineMemory | None] = dict.fromkeys(FLEET)
+    for round_ in (1, 2, 3):
+        ready = [name for name in FLEET if not (round_ == 2 and name == "blind")]
+        runs = [_run(name, round_, memory[name]) for name in ready]
+        outcome = compute_round(spark, runs)
+        assert not outcome.failures
+        assert outcome.stats.actions == 1
+        for run in runs:
+            assert outcome.results[run.cluster] == _alone(spark, run), (round_, run.cluster)
+            memory[run.cluster] = outcome.results[run.cluster].memory
+    rich, strict, plain, blind = (outcome.results[name] for name in FLEET)
+    # What the comparison rests on: the clusters' own settings showed.
+    assert rich.groups is not None and rich.groups.blocked and plain.groups is None
+    assert strict.groups is not None and len(strict.groups.lags) == 1 and strict.groups.blocked == ()
+    assert len(strict.findings) == 2 < len(rich.findings)
+    assert dict(strict.open_transactions_by_class)[TxnClass.SUSPECTED_HANGING] == 1
+    assert dict(rich.open_transactions_by_class)[TxnClass.HANGING] == 1
+    assert dict(blind.open_transactions_by_class)[TxnClass.HANGING] == 0
+    assert len(strict.partitions) > len(rich.partitions)
+    assert {f.application for f in strict.findings} != {f.application for f in rich.findings}
+
+
+def test_a_cluster_whose_input_fails_the_round_fails_alone_and_a_failing_family_only_itself(
+    spark: SparkSession,
+) -> None:
+    """``broken``'s offsets cannot be represented (the classification reads them): its cycle
+    fails. ``bad-groups``' group offsets cannot be represented: only its consumer-group
+    family fails, which keeps the memory it was given and leaves its outputs out; everything
+    else of that cluster is its cycle without groups. ``rich`` is untouched."""
+    first = {name: _run(name, 1, None) for name in ("rich", "strict")}
+    before = compute_round(spark, list(first.values()))
+    broken = replace(
+        _run("rich", 2, None),
+        snapshot=replace(
+            _fleet_snapshot("rich", 2),
+            cluster="broken",
+            partitions=(replace(offsets(), high_watermark=2**70),),
+        ),
+    )
+    strict = _run("strict", 2, before.results["strict"].memory)
+    bad_offsets = tuple(replace(o, committed_offset=2**70) for o in strict.snapshot.group_offsets)
+    bad_groups = replace(strict, snapshot=replace(strict.snapshot, group_offsets=bad_offsets))
+    rich = _run("rich", 2, before.results["rich"].memory)
+
+    outcome = compute_round(spark, [broken, bad_groups, rich])
+
+    assert set(outcome.failures) == {"broken"}
+    assert outcome.failures["broken"].startswith("OverflowError")
+    assert outcome.results["rich"] == _alone(spark, rich)
+    result = outcome.results["strict"]
+    assert result.failed_families == ("groups",)
+    assert result.groups is None
+    assert result.memory.groups == before.results["strict"].memory.groups != GroupsCarry()
+    without_groups = _alone(spark, replace(bad_groups, groups=None))
+    assert replace(result, failed_families=()) == without_groups
+    assert result.findings
+
+
+def test_a_round_of_one_is_one_action_like_a_cycle(spark: SparkSession) -> None:
+    run = _run("rich", 1, None)
+    stats = ComputeStats()
+    alone = compute(spark, run.snapshot, run.settings, None, run.now_ms, groups=run.groups, stats=stats)
+    outcome = compute_round(spark, [run])
+    assert outcome.results == {"rich": alone}
+    assert outcome.stats.actions == stats.actions == 1

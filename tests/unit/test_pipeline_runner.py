@@ -243,6 +243,87 @@ def test_stop_releases_a_caller_waiting_on_a_run() -> None:
         hold.set()
 
 
+# --- rounds: the same supervision for a round of several clusters ---------------------------
+
+
+def round_of(*names: str) -> list[Any]:
+    from exporter.pipeline.rounds import ClusterRun
+
+    return [ClusterRun(snapshot(n), None, 0) for n in names]
+
+
+def round_runner(round_fn: Any, *, session: Any = None, clock: Any = None, **spark: Any) -> PipelineRunner:
+    kwargs: dict[str, Any] = {"round_fn": round_fn}
+    if clock is not None:
+        kwargs["clock"] = clock
+    return PipelineRunner(
+        SparkConfig(**spark),
+        PipelineSettings(),
+        session=session or StandInSession(),
+        interval_s=2.0,
+        **kwargs,
+    )
+
+
+def test_a_round_past_its_deadline_raises_and_its_tagged_jobs_are_interrupted() -> None:
+    session = StandInSession()
+    hold = threading.Event()
+
+    def slow_round(*_: Any) -> Any:
+        hold.wait(30)
+        raise RuntimeError("cancelled")
+
+    r = round_runner(slow_round, session=session, pipeline_timeout_ms=1000)
+    try:
+        with pytest.raises(
+            PipelineTimeoutError, match=r"round of 4 cluster\(s\) \(a, b, c, \.\.\.\) passed its deadline"
+        ):
+            r.compute_round(round_of("a", "b", "c", "d"))
+    finally:
+        hold.set()
+    assert session.interrupted == session.tags[:1]
+    assert session.interrupted[0].startswith("kte-round-")
+
+
+def test_a_round_that_computed_no_cluster_is_a_failed_run_one_that_computed_any_a_success() -> None:
+    from exporter.pipeline.compute import ComputeStats
+    from exporter.pipeline.rounds import RoundResult
+
+    clock = Clock()
+    failing: set[str] = set()
+
+    def round_fn(_spark: Any, runs: Any) -> RoundResult:
+        return RoundResult(
+            results={r.cluster: result(r.snapshot) for r in runs if r.cluster not in failing},
+            failures={r.cluster: "ValueError: bad" for r in runs if r.cluster in failing},
+            stats=ComputeStats(),
+        )
+
+    r = round_runner(round_fn, clock=clock, unhealthy_after_intervals=2)
+    failing = {"a"}
+    outcome = r.compute_round(round_of("a", "b"))
+    assert set(outcome.results) == {"b"} and set(outcome.failures) == {"a"}
+    clock.now += 100
+    assert r.health() == (True, "ok")  # no failed run at all: b computed
+    failing = {"a", "b"}
+    r.compute_round(round_of("a", "b"))
+    clock.now += 4.1
+    healthy, why = r.health()
+    assert not healthy
+    assert "every cluster of the round failed" in why
+
+
+def test_a_pipeline_given_alone_runs_a_round_cluster_by_cluster_each_failure_its_own() -> None:
+    def compute(_spark: Any, snap: ClusterSnapshot, *_: Any, **__: Any) -> CycleResult:
+        if snap.cluster == "bad":
+            raise ValueError("bad plan\nsecond line")
+        return result(snap)
+
+    outcome = runner(compute).compute_round(round_of("good", "bad"))
+    assert set(outcome.results) == {"good"}
+    assert outcome.failures == {"bad": "ValueError: bad plan"}
+
+
 #: What a py4j error says when the driver cannot create its scratch directory: the Java
 #: exception and its stack trace, many lines.
 JAVA_START_FAILURE = (

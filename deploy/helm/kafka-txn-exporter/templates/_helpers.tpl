@@ -113,6 +113,7 @@ that keep secrets out of values and kafka_files pointing at mounted files.
 {{- $_ := set $cfg "spark" $spark -}}
 {{- include "kafka-txn-exporter.historyConfig" (dict "root" . "config" $cfg) -}}
 {{- include "kafka-txn-exporter.stateConfig" (dict "root" . "config" $cfg) -}}
+{{- include "kafka-txn-exporter.clusterFilesConfig" (dict "root" . "config" $cfg) -}}
 {{- include "kafka-txn-exporter.checkSecrets" (dict "root" . "config" $cfg) -}}
 {{- toYaml $cfg -}}
 {{- end -}}
@@ -127,15 +128,25 @@ that keep secrets out of values and kafka_files pointing at mounted files.
 {{- end -}}
 {{- /* librdkafka properties that carry secrets (exporter.config.SECRET_PROPERTIES). */ -}}
 {{- $secretProps := list "sasl.password" "sasl.oauthbearer.client.secret" "ssl.key.password" "sasl.oauthbearer.config" "ssl.key.pem" "ssl.keystore.password" -}}
+{{- /* Every cluster the chart renders: config.clusters[i] and clusterFiles.files.<name>. */ -}}
+{{- $clusters := list -}}
 {{- range $i, $c := (.config.clusters | default list) -}}
+{{- $clusters = append $clusters (dict "where" (printf "config.clusters[%d]" $i) "cluster" $c) -}}
+{{- end -}}
+{{- range $name, $c := ((.root.Values.clusterFiles | default dict).files | default dict) -}}
+{{- $clusters = append $clusters (dict "where" (printf "clusterFiles.files.%s" $name) "cluster" $c) -}}
+{{- end -}}
+{{- range $clusters -}}
+{{- $where := .where -}}
+{{- $c := .cluster -}}
 {{- range $prop, $value := (get $c "kafka" | default dict) -}}
 {{- if and (has $prop $secretProps) (not (regexMatch "^\\$\\{[A-Za-z_][A-Za-z0-9_]*\\}$" (toString $value))) -}}
-{{- fail (printf "config.clusters[%d].kafka.%s: a secret must not be a literal in values; mount an existing Secret with kafkaSecrets and set config.clusters[%d].kafka_files.%s to its file path" $i $prop $i $prop) -}}
+{{- fail (printf "%s.kafka.%s: a secret must not be a literal in values; mount an existing Secret with kafkaSecrets and set %s.kafka_files.%s to its file path" $where $prop $where $prop) -}}
 {{- end -}}
 {{- end -}}
 {{- range $prop, $path := (get $c "kafka_files" | default dict) -}}
 {{- if not (isAbs (toString $path)) -}}
-{{- fail (printf "config.clusters[%d].kafka_files.%s: %q must be an absolute path under a kafkaSecrets mountPath" $i $prop $path) -}}
+{{- fail (printf "%s.kafka_files.%s: %q must be an absolute path under a kafkaSecrets mountPath" $where $prop $path) -}}
 {{- end -}}
 {{- $mounted := false -}}
 {{- range $mounts -}}
@@ -144,7 +155,7 @@ that keep secrets out of values and kafka_files pointing at mounted files.
 {{- end -}}
 {{- end -}}
 {{- if not $mounted -}}
-{{- fail (printf "config.clusters[%d].kafka_files.%s: %q is not under any kafkaSecrets[].mountPath or extraVolumeMounts[].mountPath (mounted: %s)" $i $prop $path (join ", " $mounts | default "none")) -}}
+{{- fail (printf "%s.kafka_files.%s: %q is not under any kafkaSecrets[].mountPath or extraVolumeMounts[].mountPath (mounted: %s)" $where $prop $path (join ", " $mounts | default "none")) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -163,7 +174,7 @@ prometheus.io/path: {{ include "kafka-txn-exporter.telemetryPath" . | quote }}
 
 {{/* Pod annotations the exporter needs: the config checksum rolls the pod on a config change. */}}
 {{- define "kafka-txn-exporter.podAnnotations" -}}
-checksum/kafka-txn-exporter-config: {{ include "kafka-txn-exporter.configYaml" . | sha256sum }}
+checksum/kafka-txn-exporter-config: {{ printf "%s\n%s" (include "kafka-txn-exporter.configYaml" .) (include "kafka-txn-exporter.clusterFilesData" .) | sha256sum }}
 {{- if and .Values.scrapeAnnotations.enabled (eq .Values.scrapeAnnotations.target "pod") }}
 {{ include "kafka-txn-exporter.scrapeAnnotations" . }}
 {{- end }}
@@ -237,6 +248,11 @@ initialDelaySeconds: {{ . }}
       mountPath: {{ include "kafka-txn-exporter.homeDir" . }}
     - name: kte-spark-local
       mountPath: {{ include "kafka-txn-exporter.sparkLocalDir" . }}
+    {{- if include "kafka-txn-exporter.clusterFilesUsed" . }}
+    - name: kte-cluster-files
+      mountPath: {{ .Values.clusterFiles.path }}
+      readOnly: true
+    {{- end }}
     {{- include "kafka-txn-exporter.historyVolumeMounts" . | nindent 4 }}
     {{- with include "kafka-txn-exporter.stateVolumeMounts" . | trim }}
     {{- . | nindent 4 }}
@@ -275,6 +291,11 @@ initialDelaySeconds: {{ . }}
 - name: kte-spark-local
   emptyDir:
     {{- include "kafka-txn-exporter.emptyDir" (dict "medium" .Values.scratch.medium "sizeLimit" .Values.scratch.sparkLocalSizeLimit) | nindent 4 }}
+{{- if include "kafka-txn-exporter.clusterFilesUsed" . }}
+- name: kte-cluster-files
+  configMap:
+    name: {{ include "kafka-txn-exporter.clusterFilesConfigMap" . }}
+{{- end }}
 {{- include "kafka-txn-exporter.historyVolumes" . }}
 {{- include "kafka-txn-exporter.stateVolumes" . }}
 {{- range $i, $s := .Values.kafkaSecrets }}

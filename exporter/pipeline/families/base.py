@@ -1,0 +1,268 @@
+"""What a metric family is, and what it is built from.
+
+A family (one module of this package) declares in one :class:`Family`: the tables it reads
+by name (the snapshot's, :data:`~exporter.pipeline.tables.SNAPSHOT_TABLES`, and its own
+:class:`Input` s: what the previous cycle remembered, what it derives from a snapshot),
+whether it reads the classified frame, the records it outputs, the memory it hands the next
+cycle, and two functions: one returning its outputs as lazy frames, one turning each
+cluster's rows back into the parts of a :class:`~exporter.model.CycleResult`. The
+orchestrator (``exporter.pipeline.compute``) joins every family's frames into the round's one
+Spark action and reads each output back by its record.
+
+A round is one plan over every cluster whose snapshot is ready (:class:`ClusterRun`; one
+cluster is a round of one). Every table of a :class:`Context` carries the cluster
+(:data:`~exporter.pipeline.tables.CLUSTER`), every join, window and aggregation of a family
+lists it among its keys (:func:`~exporter.pipeline.tables.keyed`), a limit is a limit per
+cluster (:func:`first_per_cluster`), and each cluster's own settings are columns
+(:meth:`Context.value`): a literal when every cluster of the round has the same value (the
+round of one always), else the value at the cluster's position of a literal array, read per
+row without a join.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from exporter.config.groups import BUILTIN_RULES, AttributionRule, GroupsConfig
+from exporter.model import ClusterSnapshot, PipelineMemory, PipelineSettings
+from exporter.pipeline.tables import CLUSTER, Handover, RoundSource, Tables, columns_of
+from exporter.pipeline.tables import Column as TableColumn
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterRun:
+    """One cluster's part of a round: its snapshot, the memory its previous cycle handed on
+    (None on the first), its clock and its own settings."""
+
+    snapshot: ClusterSnapshot
+    memory: PipelineMemory | None
+    now_ms: int
+    settings: PipelineSettings = field(default_factory=PipelineSettings)
+    groups: GroupsConfig | None = None
+    rules: tuple[AttributionRule, ...] = BUILTIN_RULES
+
+    @property
+    def cluster(self) -> str:
+        return self.snapshot.cluster
+
+    @property
+    def previous(self) -> PipelineMemory:
+        """The previous cycle's memory (empty on the first cycle)."""
+        return self.memory if self.memory is not None else PipelineMemory()
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    """A table of the round that is not the snapshot's: a record, and its rows for one
+    cluster's run (what its previous cycle remembered, or what is derived from its snapshot)."""
+
+    record: type
+    rows: Callable[[ClusterRun], Sequence[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """One output table of a family: its rows are its record's columns and the cluster,
+    read back by name."""
+
+    name: str
+    record: type
+
+    @property
+    def columns(self) -> tuple[TableColumn, ...]:
+        return (TableColumn(CLUSTER, int, False), *columns_of(self.record))
+
+
+Rows = Sequence[Mapping[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Assembly:
+    """What a family's rows become for one cluster: its run, its output rows by output name
+    (none for an output not selected), whether the family ran for this cluster, and the
+    result fields of the families assembled before it (its ``after``)."""
+
+    run: ClusterRun
+    rows: Mapping[str, Rows]
+    ran: bool
+    result: Mapping[str, Any]
+
+    def of(self, output: str) -> Rows:
+        return self.rows.get(output, ())
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """A family's part of one cluster's :class:`~exporter.model.CycleResult` (fields by name)
+    and of the :class:`~exporter.model.PipelineMemory` it hands the next cycle."""
+
+    result: Mapping[str, Any] = field(default_factory=dict)
+    memory: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _always(run: ClusterRun) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Family:
+    """One metric family, declared once.
+
+    ``reads``: the tables it reads, by name (the snapshot's and ``inputs``' names);
+    ``classified``: it reads the classified frame; ``outputs``: its output tables;
+    ``carry``: the :class:`~exporter.model.PipelineMemory` fields it hands the next cycle
+    (kept as they were when the family fails); ``frames``: the lazy frames of the selected
+    outputs; ``assemble``: one cluster's rows as result and memory parts; ``applies``:
+    whether it runs for a cluster (never planned when it runs for none); ``after``: the
+    families whose result fields its ``assemble`` reads; ``essential``: a cluster whose run
+    of this family fails has no cycle at all (the classification: every other result rests
+    on it)."""
+
+    name: str
+    reads: tuple[str, ...]
+    outputs: tuple[Output, ...]
+    frames: Callable[[Context, frozenset[str]], Mapping[str, DataFrame]]
+    assemble: Callable[[Assembly], Parts]
+    classified: bool = False
+    inputs: Mapping[str, Input] = field(default_factory=dict)
+    carry: tuple[str, ...] = ()
+    applies: Callable[[ClusterRun], bool] = _always
+    after: tuple[str, ...] = ()
+    essential: bool = False
+
+    @property
+    def output_names(self) -> frozenset[str]:
+        return frozenset(o.name for o in self.outputs)
+
+
+Value = int | str | bool | None
+
+
+class Context:
+    """What a family's frames are built from: the round's tables by name (each with the
+    cluster), each cluster's settings as columns, the classified frame, and frames that
+    several families read (:meth:`shared`). A view for one family (:meth:`within`) reads
+    only the clusters the family runs for."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        runs: Sequence[ClusterRun],
+        handover: Handover | None,
+        inputs: Mapping[str, Input],
+    ) -> None:
+        self.spark = spark
+        self.runs = tuple(runs)
+        self.handover = handover
+        sources: dict[str, RoundSource] = {
+            name: (given.record, functools.partial(_rows_at, self.runs, given.rows))
+            for name, given in inputs.items()
+        }
+        self.tables = Tables(spark, [r.snapshot for r in self.runs], handover, sources)
+        self.classified: DataFrame | None = None
+        self._shared: dict[str, DataFrame] = {}
+        self._kept: list[DataFrame] = []
+        self._scope: tuple[int, ...] | None = None
+        self._reads: frozenset[str] | None = None
+        self._base = self
+
+    def within(self, scope: Sequence[int], reads: Sequence[str]) -> Context:
+        """A view for one family: the round's clusters at the positions ``scope``, and only
+        the tables the family declares it reads (``reads``: any other is an error)."""
+        view = object.__new__(Context)
+        view.__dict__.update(self.__dict__)
+        view._scope = None if len(scope) == len(self.runs) else tuple(scope)
+        view._reads = frozenset(reads)
+        return view
+
+    def _in_scope(self, frame: DataFrame) -> DataFrame:
+        if self._scope is None:
+            return frame
+        return frame.where(F.col(CLUSTER).isin(*self._scope))
+
+    def __getitem__(self, name: str) -> DataFrame:
+        self._check_reads(name)
+        return self._in_scope(self.tables[name])
+
+    def frame_in(self, name: str, session: SparkSession) -> DataFrame:
+        """The table ``name`` as a frame of another session of the same SparkContext."""
+        self._check_reads(name)
+        return self._in_scope(self.tables.frame_in(name, session))
+
+    def _check_reads(self, name: str) -> None:
+        if self._reads is not None and name not in self._reads:
+            raise KeyError(f"table {name} is not among the tables the family declares it reads")
+
+    def empty(self, name: str) -> bool:
+        rows = self.tables.rows(name)
+        return not any(rows[i] for i in (self._scope or range(len(rows))))
+
+    @property
+    def classified_frame(self) -> DataFrame | None:
+        """The classified open transactions (None: no cluster has any, nor a candidate)."""
+        return None if self.classified is None else self._in_scope(self.classified)
+
+    def shared(self, key: str, build: Callable[[Context], DataFrame]) -> DataFrame:
+        """A frame several families read, built once over the whole round."""
+        base = self._base
+        if key not in base._shared:
+            base._shared[key] = build(base)
+        return self._in_scope(base._shared[key])
+
+    def sql(self, query: str, **frames: DataFrame) -> DataFrame:
+        """``spark.sql(query, **frames)``, the frames kept until the round is done: on Spark
+        Connect the statement's result names them on the server, where a checkpoint among them
+        is released as soon as the last client object naming it goes."""
+        self._base._kept.extend(frames.values())
+        args: dict[str, Any] = dict(frames)
+        return self.spark.sql(query, **args)
+
+    def any(self, test: Callable[[ClusterRun], bool]) -> bool:
+        return any(test(self.runs[i]) for i in (self._scope or range(len(self.runs))))
+
+    def value(self, of: Callable[[ClusterRun], Value], kind: str = "bigint") -> Column:
+        """A setting of each cluster (``of(run)``) as a column of the round's rows: a literal
+        when every cluster has the same (a null of ``kind`` when it is None), else the
+        cluster's element of a literal array."""
+        values = [of(r) for r in self.runs]
+        first = values[0]
+        if all(v == first for v in values):
+            return F.lit(first) if first is not None else F.lit(None).cast(kind)
+        return F.array(*(F.lit(v) for v in values)).cast(f"array<{kind}>")[F.col(CLUSTER)]
+
+    def sql_value(self, of: Callable[[ClusterRun], int | bool]) -> str:
+        """:meth:`value` in SQL text (integers and booleans only: nothing else is written
+        into a statement)."""
+        values = [_sql_literal(of(r)) for r in self.runs]
+        if len(set(values)) == 1:
+            return values[0]
+        return f"array({', '.join(values)})[{CLUSTER}]"
+
+
+def _rows_at(
+    runs: Sequence[ClusterRun], rows: Callable[[ClusterRun], Sequence[Any]], at: int
+) -> Sequence[Any]:
+    return rows(runs[at])
+
+
+def _sql_literal(value: int | bool) -> str:
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    return f"CAST({int(value)} AS BIGINT)"
+
+
+def first_per_cluster(frame: DataFrame, limit: Column, *order: Column | str) -> DataFrame:
+    """The first ``limit`` rows of each cluster by ``order`` (a limit of the cycle, kept per
+    cluster of the round: a window instead of ``orderBy().limit()``)."""
+    ranked = Window.partitionBy(CLUSTER).orderBy(*order)
+    return (
+        frame.select("*", F.row_number().over(ranked).alias("_rank"))
+        .where(F.col("_rank") <= limit)
+        .drop("_rank")
+    )

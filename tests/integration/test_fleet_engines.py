@@ -1,0 +1,118 @@
+"""A round of several clusters gives the same results on every engine: the embedded local
+session, a Spark Connect server and a Spark standalone cluster (a master and two workers on
+loopback, from the pyspark wheel). The rounds (:mod:`tests.integration.fleet_rounds`) carry
+each cluster's memory from round to round, leave a cluster out of a round, and hold a
+cluster whose input fails the engine.
+
+The remote engines' clients run in a Python process of their own (one engine per process);
+the embedded rounds run in the test process meanwhile."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from exporter.pipeline.rounds import compute_round
+from testbed.spark import SparkStandalone
+from tests.integration.fleet_rounds import run_rounds
+from tests.integration.test_spark_connect import connect_url  # noqa: F401 (a fixture)
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+
+REPO = Path(__file__).resolve().parents[2]
+CLIENT_TIMEOUT_S = 600.0
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStandalone]:
+    with SparkStandalone(
+        workers=2, worker_cores=1, worker_memory="768m", work_dir=tmp_path_factory.mktemp("standalone")
+    ) as cluster:
+        yield cluster
+
+
+def start_client(*args: str) -> subprocess.Popen[str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE", "PYSPARK_SUBMIT_ARGS")
+    }
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.fleet_rounds", *args],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def client_rounds(client: subprocess.Popen[str]) -> dict[str, Any]:
+    try:
+        out, err = client.communicate(timeout=CLIENT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        client.kill()
+        out, err = client.communicate()
+        pytest.fail(f"the client did not finish within {CLIENT_TIMEOUT_S:.0f} s:\n{err[-6000:]}")
+    assert client.returncode == 0, f"the client failed:\n{out}\n{err[-6000:]}"
+    document: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return document
+
+
+def embedded_rounds(spark: SparkSession) -> list[dict[str, Any]]:
+    rounds = run_rounds(lambda runs: compute_round(spark, runs))
+    # What the rounds claim to exercise, on the reference engine.
+    assert [sorted(r["results"]) for r in rounds] == [["rich", "warm"], ["broken", "rich"], ["rich", "warm"]]
+    assert [r["failed"] for r in rounds] == [["broken"], [], []]
+    rich = [r["results"]["rich"]["memory"]["candidates"] for r in rounds]
+    assert [[c["cycles"] for c in candidates] for candidates in rich] == [[1], [2], [3]]
+    return rounds
+
+
+def assert_same_rounds(remote: list[dict[str, Any]], local: list[dict[str, Any]]) -> None:
+    assert len(remote) == len(local)
+    for i, (got, want) in enumerate(zip(remote, local, strict=True), start=1):
+        assert got["failed"] == want["failed"], f"round {i}"
+        assert sorted(got["results"]) == sorted(want["results"]), f"round {i}"
+        for cluster, result in want["results"].items():
+            for field, value in result.items():
+                assert got["results"][cluster][field] == value, f"round {i}, cluster {cluster}, field {field}"
+
+
+def compare_with(spark: SparkSession, *client_args: str) -> dict[str, Any]:
+    client = start_client(*client_args)  # works meanwhile in its own process
+    try:
+        local = embedded_rounds(spark)
+        remote = client_rounds(client)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait(timeout=30)
+    assert_same_rounds(remote["rounds"], local)
+    return remote
+
+
+def test_a_fleet_round_on_spark_connect_equals_the_embedded_engine(
+    spark: SparkSession,
+    connect_url: str,  # noqa: F811 (the fixture)
+) -> None:
+    remote = compare_with(spark, "--connect", connect_url)
+    assert remote["session"] == "pyspark.sql.connect.session.SparkSession"
+
+
+def test_a_fleet_round_on_a_spark_standalone_cluster_equals_the_embedded_engine(
+    spark: SparkSession, standalone: SparkStandalone
+) -> None:
+    remote = compare_with(spark, "--master", standalone.url)
+    assert remote["session"] == "pyspark.sql.session.SparkSession"
+    assert standalone.alive_workers() == 2
