@@ -9,9 +9,8 @@ not columns. A field's ``metadata`` may carry its unit and a line of documentati
 
 Nothing here imports Spark: :attr:`Column.spark` and :func:`spark_schema_of` import it when
 asked, so that a command that writes one Arrow row (the audit log) starts no more than it
-needs. ``exporter.pipeline.tables`` derives its tables with the same rules (its own copy of
-``int``, ``str`` and ``bool``; ``tests/unit/test_columns.py`` checks that both give every
-snapshot table the same schema).
+needs. The pipeline's tables (``exporter.pipeline.tables``) and the history's datasets both
+take their columns from here.
 """
 
 from __future__ import annotations

@@ -41,13 +41,10 @@ see ``families.classification.classified_frame``).
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import functools
 import operator
 import shutil
 import tempfile
-import types
 import typing
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -57,8 +54,9 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import BooleanType, DataType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import LongType, StructField, StructType
 
+from exporter.columns import columns_of
 from exporter.model import (
     BatchTimestamp,
     Broker,
@@ -73,49 +71,6 @@ from exporter.model import (
 from exporter.pipeline.session import FILE_MIN_ROWS_CONF, is_local_master
 
 R = TypeVar("R")
-
-
-@dataclass(frozen=True, slots=True)
-class Column:
-    name: str
-    python: type  # int, str, bool or a StrEnum subclass
-    nullable: bool
-
-    @property
-    def spark(self) -> DataType:
-        return _SPARK[self.base]
-
-    @property
-    def arrow(self) -> pa.DataType:
-        return _ARROW[self.base]
-
-    @property
-    def base(self) -> type:
-        return str if issubclass(self.python, enum.Enum) else self.python
-
-
-_SPARK: dict[type, DataType] = {int: LongType(), str: StringType(), bool: BooleanType()}
-_ARROW: dict[type, pa.DataType] = {int: pa.int64(), str: pa.string(), bool: pa.bool_()}
-
-
-@functools.cache
-def columns_of(record: type) -> tuple[Column, ...]:
-    """The columns of a record type: its scalar fields, in declaration order."""
-    hints = typing.get_type_hints(record)
-    out: list[Column] = []
-    for f in dataclasses.fields(record):
-        kind, nullable = _unwrap_optional(hints[f.name])
-        if isinstance(kind, type) and (kind in _SPARK or issubclass(kind, enum.Enum)):
-            out.append(Column(f.name, kind, nullable))
-    return tuple(out)
-
-
-def _unwrap_optional(hint: Any) -> tuple[Any, bool]:
-    if typing.get_origin(hint) in (types.UnionType, typing.Union):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        if len(args) == 1:
-            return args[0], True
-    return hint, False
 
 
 @functools.cache
@@ -139,7 +94,7 @@ def arrow_of(record: type, rows: Sequence[Any]) -> pa.Table:
     arrays = []
     for c in cols:
         column: list[Any] = list(map(operator.attrgetter(c.name), rows))
-        if issubclass(c.python, enum.Enum):
+        if c.is_enum:
             column = [None if v is None else v.value for v in column]
         arrays.append(pa.array(column, type=c.arrow))
     return pa.Table.from_arrays(
@@ -267,7 +222,7 @@ def _reading(record: type) -> tuple[tuple[str, ...], tuple[tuple[str, type], ...
     """How a row becomes a ``record``: its column names, and those holding an enum."""
     cols = columns_of(record)
     return tuple(c.name for c in cols), tuple(
-        (c.name, c.python) for c in cols if issubclass(c.python, enum.Enum)
+        (c.name, typing.cast(type, c.python)) for c in cols if c.is_enum
     )
 
 

@@ -18,7 +18,8 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
-from exporter.pipeline.tables import CLUSTER, Column
+from exporter.columns import Column
+from exporter.pipeline.tables import CLUSTER
 
 #: Each output table's rows by cluster (its position in the round), each row by column name.
 RoundRows = dict[str, dict[int, list[dict[str, Any]]]]

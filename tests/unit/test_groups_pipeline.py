@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
+from exporter.columns import Column
 from exporter.config.groups import GroupsConfig
 from exporter.model import (
     ConsumableCheck,
@@ -22,7 +23,7 @@ from exporter.model import (
 )
 from exporter.pipeline import transport
 from exporter.pipeline.families.groups import FAMILY, compute_groups, family_run, group_frames
-from exporter.pipeline.tables import Column, one_partition
+from exporter.pipeline.tables import one_partition
 
 pytestmark = pytest.mark.spark
 

@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from exporter.columns import columns_of
 from exporter.model import (
     Finding,
     HangingReason,
@@ -46,9 +47,7 @@ def test_records_become_one_arrow_column_per_field_with_enums_as_their_values_an
 
     table = tables.arrow_of(Finding, rows)
 
-    assert table.schema == pa.schema(
-        [pa.field(c.name, c.arrow, c.nullable) for c in tables.columns_of(Finding)]
-    )
+    assert table.schema == pa.schema([pa.field(c.name, c.arrow, c.nullable) for c in columns_of(Finding)])
     assert table.column("partition").to_pylist() == [0, 1]
     assert table.column("txn_class").to_pylist() == ["ongoing", "hanging"]
     assert table.column("hanging_reason").to_pylist() == [None, HangingReason.NO_TRANSACTIONAL_ID.value]
@@ -59,7 +58,7 @@ def test_no_records_become_an_empty_table_of_the_same_columns() -> None:
     table = tables.arrow_of(PartitionOffsets, [])
 
     assert table.num_rows == 0
-    assert table.column_names == [c.name for c in tables.columns_of(PartitionOffsets)]
+    assert table.column_names == [c.name for c in columns_of(PartitionOffsets)]
 
 
 @pytest.fixture

@@ -29,10 +29,11 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from exporter.columns import Column as TableColumn
+from exporter.columns import columns_of
 from exporter.config.groups import BUILTIN_RULES, AttributionRule, GroupsConfig
 from exporter.model import ClusterSnapshot, PipelineMemory, PipelineSettings
-from exporter.pipeline.tables import CLUSTER, Handover, RoundSource, Tables, columns_of
-from exporter.pipeline.tables import Column as TableColumn
+from exporter.pipeline.tables import CLUSTER, Handover, RoundSource, Tables
 
 
 @dataclass(frozen=True, slots=True)

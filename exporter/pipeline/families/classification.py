@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from exporter.columns import columns_of
 from exporter.model import (
     DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
     OPEN_COORDINATOR_STATES,
@@ -54,7 +55,7 @@ from exporter.pipeline.families.base import (
     Parts,
     first_per_cluster,
 )
-from exporter.pipeline.tables import CLUSTER, build_side, columns_of, keyed, record_of, records_of
+from exporter.pipeline.tables import CLUSTER, build_side, keyed, record_of, records_of
 
 #: DescribeTransactions errors that mean "this coordinator does not know the id": an
 #: authoritative answer (hanging candidate), unlike e.g. COORDINATOR_NOT_AVAILABLE (unknown).
