@@ -184,7 +184,8 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
 def _cmd_class_archive(args: argparse.Namespace) -> int:
     from exporter.config import SparkConfig
-    from exporter.pipeline.class_archive import ClassArchiveError, check_destination, write_archive
+    from exporter.pipeline.archive_writer import check_destination, write_archive
+    from exporter.pipeline.class_archive import ClassArchiveError
     from exporter.pipeline.session import is_embedded
 
     spark = _load(args).spark if args.config_file else SparkConfig()

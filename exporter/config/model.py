@@ -45,6 +45,7 @@ from exporter.config.keys import (
     type_name,
 )
 from exporter.config.remediation import RemediationConfig, parse_remediation
+from exporter.config.yamlfile import read_yaml
 from exporter.model import PipelineSettings
 
 DEFAULT_LISTEN_ADDRESS = ":9851"
@@ -737,8 +738,6 @@ def read_cluster_files(r: Reader, directory: Path, key: str) -> list[tuple[str, 
     cluster). A file holds one cluster's keys, as an entry of ``clusters``; ``name`` defaults
     to the file's name without its suffix. Problems name the file and the key; relative paths
     in a file (``kafka_files``) are relative to the file's directory."""
-    from exporter.config.loader import read_yaml
-
     try:
         entries = sorted(
             e for e in directory.iterdir() if not e.name.startswith(".") and e.suffix in CLUSTER_FILE_SUFFIXES

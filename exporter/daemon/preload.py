@@ -93,11 +93,26 @@ CONNECT: tuple[str, ...] = (
 HISTORY: tuple[str, ...] = ("exporter.history.store",)
 
 
+def found_by_module() -> tuple[str, ...]:
+    """The modules found by name rather than imported: the pipeline's families (planned by a
+    round) and their renderers (run by a scrape), each a module of its package."""
+    import pkgutil
+
+    from exporter.metrics import families as renderers
+    from exporter.pipeline.families import family_names
+
+    pipeline = tuple(f"exporter.pipeline.families.{name}" for name in family_names())
+    rendering = tuple(
+        f"{renderers.__name__}.{m.name}" for m in sorted(pkgutil.iter_modules(renderers.__path__))
+    )
+    return ("exporter.pipeline.rounds", *pipeline, *rendering)
+
+
 def modules_for(config: Config) -> tuple[str, ...]:
     """The modules the daemon's threads import under ``config``."""
     engine = CONNECT if config.spark.connect_url else CLASSIC
     history = HISTORY if config.history is not None else ()
-    return COMMON + engine + history
+    return COMMON + found_by_module() + engine + history
 
 
 def import_before_threads(config: Config) -> None:

@@ -7,7 +7,8 @@ of loading them. Measured on 2 cores (``bench/results/first_cycle.md``): session
 start 3.6-3.8 -> 2.2 s, the first pipeline run 5.7-6.0 -> 4.5-5.0 s, a cold CLI
 ``find-hanging`` 9.1 -> 6.3 s, the daemon's first cycle 10-11 -> 8 s, the same JVM RSS.
 
-* :func:`write_archive` (``kafka-txn-exporter class-archive --out FILE``) starts the driver
+* :func:`exporter.pipeline.archive_writer.write_archive` (``kafka-txn-exporter class-archive
+  --out FILE``) starts the driver
   with ``-XX:ArchiveClassesAtExit``, runs the warm-up snapshot through the pipeline, and lets
   the JVM exit, which writes the archive; the file appears under its name only when complete.
 * :func:`archive_options` gives the embedded driver ``-XX:SharedArchiveFile`` when
@@ -21,12 +22,8 @@ start 3.6-3.8 -> 2.2 s, the first pipeline run 5.7-6.0 -> 4.5-5.0 s, a cold CLI
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import time
-from dataclasses import replace
-from pathlib import Path
 
 from exporter.config import SparkConfig
 
@@ -80,78 +77,3 @@ def refuse_archive(path: str, why: BaseException) -> None:
         path,
         str(why).splitlines()[0][:200] if str(why) else type(why).__name__,
     )
-
-
-def check_destination(out: Path) -> str | None:
-    """Why the archive cannot be written at ``out`` (None: it can)."""
-    directory = out.parent if str(out.parent) else Path(".")
-    if out.is_dir():
-        return f"{out} is a directory"
-    if not directory.is_dir():
-        return f"directory {directory} does not exist"
-    if not os.access(directory, os.W_OK | os.X_OK):
-        return f"directory {directory} is not writable"
-    return None
-
-
-def write_archive(out: Path, config: SparkConfig | None = None) -> int:
-    """Write the class archive of the embedded driver to ``out``; return its size in bytes.
-
-    The warm-up snapshot runs through the pipeline once, so the archive holds the classes
-    of a whole cycle, not only those of the start. Raises ClassArchiveError."""
-    from exporter.model import PipelineSettings
-    from exporter.pipeline.compute import compute
-    from exporter.pipeline.session import is_embedded, spark_session
-    from exporter.pipeline.warmup import warmup_snapshot
-
-    config = config or SparkConfig()
-    if not is_embedded(config):
-        raise ClassArchiveError("a class archive is for the embedded driver (local master, no connect_url)")
-    problem = check_destination(out)
-    if problem:
-        raise ClassArchiveError(problem)
-    partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
-    own = config.conf.get("spark.driver.extraJavaOptions", "")
-    dump = f"-XX:ArchiveClassesAtExit={partial} -Xlog:cds=error"
-    conf = {**config.conf, "spark.driver.extraJavaOptions": f"{own} {dump}".strip()}
-    # No archive mapped while writing one: the JVM refuses to do both.
-    writing = replace(config, conf=conf, class_archive=None, connect_server_port=None)
-    saved = os.environ.pop(CLASS_ARCHIVE_ENV, None)
-    try:
-        spark = spark_session(writing, short_lived=False)
-        snapshot = warmup_snapshot()
-        compute(spark, snapshot, PipelineSettings(), None, snapshot.taken_at_ms)
-        _exit_jvm(spark)
-        if not partial.is_file() or partial.stat().st_size == 0:
-            raise ClassArchiveError("the JVM exited without writing the archive (see its output above)")
-        os.replace(partial, out)
-        return out.stat().st_size
-    finally:
-        if saved is not None:
-            os.environ[CLASS_ARCHIVE_ENV] = saved
-        with contextlib.suppress(OSError):
-            partial.unlink()
-
-
-def _exit_jvm(spark: object) -> None:
-    """Stop the session and end its JVM normally (the archive is written at exit): PySpark's
-    gateway JVM exits when its standard input closes."""
-    from pyspark import SparkContext
-
-    gateway = SparkContext._gateway
-    spark.stop()  # type: ignore[attr-defined]
-    proc = getattr(gateway, "proc", None)
-    if gateway is None or proc is None:
-        raise ClassArchiveError("no driver JVM of this process to end")
-    with contextlib.suppress(Exception):
-        gateway.shutdown()
-    if proc.stdin is not None:
-        proc.stdin.close()
-    deadline = time.monotonic() + DUMP_TIMEOUT_S
-    while proc.poll() is None:
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise ClassArchiveError(f"the driver JVM did not exit within {DUMP_TIMEOUT_S:.0f} s")
-        time.sleep(0.2)
-    SparkContext._gateway = None
-    SparkContext._jvm = None
