@@ -233,8 +233,8 @@ STEPS = (
 
 #: (figure, name prefixes to look for in order, target as (comparison, value) or None,
 #: anchor: the figure before this work, from the issue's table; for a figure the issue does
-#: not list, the last measurement before the change that moved it, as docs/operations.md
-#: records it).
+#: not list, the last measurement before the change that moved it, as bench/results/ records
+#: it).
 TARGETS: tuple[tuple[str, tuple[str, ...], tuple[str, float] | None, str], ...] = (
     ("pipeline warm, 1k partitions (s)", ("pipeline_warm_s@1000",), None, "3.22"),
     ("pipeline warm, 10k partitions (s)", ("pipeline_warm_s@10000",), ("<=", 0.5), "2.99"),

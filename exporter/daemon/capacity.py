@@ -29,7 +29,7 @@ class Costs:
         return f"collection {self.collect_s:.2f} s, pipeline {fixed}{share}"
 
 
-#: The start-up estimate, from ``make bench`` on 2 cores (docs/operations.md, "Many clusters"):
+#: The start-up estimate, from ``make bench`` on 2 cores (bench/results/fleet.md):
 #: a single-broker cluster of 1000-3000 partitions collects in 0.2-0.6 s; a round of five such
 #: clusters took about one second per cluster while the pipeline planned each cluster on its
 #: own (the fixed part of a round is then part of each cluster's share).

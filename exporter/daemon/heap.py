@@ -1,10 +1,7 @@
 """The daemon process's own heap: set once, first thing in ``run``, before any thread.
 
-Measured with ``bench/daemon_memory.py --variants connect`` (thin mode, 3000 partitions, the
-exporter process alone, 60 s): 210 MiB peak with glibc's and pyarrow's defaults; 202 MiB with
-two malloc arenas; 195-201 MiB with Arrow's buffers on the system allocator as well; 200 MiB
-peak and 195 MiB steady with :func:`trim` after every cycle. Embedded mode's Python process:
-189 -> 182 MiB peak, cycle time unchanged (1.81 s against 1.86 s, one run each).
+Freed memory goes back to the system instead of staying in per-thread arenas and Arrow's
+pool, so the RSS follows what a cycle uses (figures: bench/results/daemon_memory.md).
 
 * glibc gives each thread that allocates its own arena (up to 8 per core), and a thread's
   arena keeps its freed pages. The daemon runs a dozen threads that allocate (librdkafka's,

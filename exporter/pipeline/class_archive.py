@@ -3,7 +3,7 @@
 Starting the driver loads ~23,500 of Spark's classes, and the first pipeline run thousands
 more (the analyser's and optimiser's rules). A dynamic CDS archive written once after a
 warm-up run holds those classes already parsed and verified: the JVM maps the file instead
-of loading them. Measured on 2 cores (``docs/operations.md``, "The class archive"): session
+of loading them. Measured on 2 cores (``bench/results/first_cycle.md``): session
 start 3.6-3.8 -> 2.2 s, the first pipeline run 5.7-6.0 -> 4.5-5.0 s, a cold CLI
 ``find-hanging`` 9.1 -> 6.3 s, the daemon's first cycle 10-11 -> 8 s, the same JVM RSS.
 

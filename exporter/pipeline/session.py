@@ -56,7 +56,7 @@ CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 
 #: JVM flags of the embedded driver. The heap holds a few MB of snapshot at a time, but
 #: Spark's defaults size everything for a cluster node. Measured with bench/daemon_memory.py
-#: (docs/operations.md, "Footprint"):
+#: (bench/results/daemon_memory.md):
 #:
 #: * the serial collector: no concurrent GC threads and no G1 remembered sets (tens of MiB of
 #:   native memory), and with the free-ratio bounds it shrinks the committed heap after a full
@@ -96,7 +96,7 @@ SHORT_LIVED_JVM_OPTIONS: tuple[str, ...] = ("-XX:TieredStopAtLevel=1",)
 #: product of a join's sides, so after two joins of a 10k-partition snapshot it passed 128m
 #: and both sides were shuffled; raised, only the deepest joins of the classification still
 #: pass it. A 10k-partition cycle runs as one job of 6 stages instead of 8 jobs, 16 stages
-#: and 46 tasks (bench/pipeline_bench.py; docs/operations.md, "The embedded driver").
+#: and 46 tasks (bench/results/pipeline.md, the plan's shape).
 PLAN_DEFAULTS: Mapping[str, str] = {
     "spark.sql.autoBroadcastJoinThreshold": "-1",
     "spark.sql.maxSinglePartitionBytes": str(2**62),
@@ -148,18 +148,15 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
     # interpreted operators handle them faster than it compiles the generated classes.
     # Generated code inlines literals, so the cycle's clock made every warm cycle compile 5
     # new classes (never reused: metaspace grew ~0.3 MiB a cycle until a full collection) and
-    # the first cycle ~140. Without it, warm 10k-partition cycles went from 1.76 to 1.36 s,
-    # 100k from 2.74 to 2.39 s, and nothing is compiled after start (bench/pipeline_bench.py;
-    # Spark's CodegenMetrics compilation count). One step without the clock runs compiled in
-    # a session of its own (compiled_leaf): the group family's aggregation of the offsets.
+    # the first cycle ~140; without it nothing is compiled after start and warm cycles are
+    # faster (bench/results/pipeline.md). One step without the clock runs compiled in a
+    # session of its own (compiled_leaf): the group family's aggregation of the offsets.
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     # Interpreted, an expression used twice in a projection (the group family's "committed
     # offset at the LSO", three times) is shared through a cache that every row clears and
     # fills again: a fifth of the executor's samples at 1000 groups x 100 partitions, more
-    # than evaluating the cheap expressions twice. Off, cycles alternating in one session:
-    # the action 0.03-0.06 s faster at 10k partitions, 0.09-0.11 s with 1000 x 100 groups,
-    # the same at 100k.
+    # than evaluating the cheap expressions twice (bench/results/pipeline.md).
     "spark.sql.subexpressionElimination.enabled": "false",
     # PySpark 4 records the Python call site of every column function for error messages,
     # at the cost of four or five extra round trips to the JVM per call: about 5,800 of a
@@ -464,8 +461,8 @@ def cache_function_lookups(session: SparkSession) -> None:
     arguments) PySpark finds the class and then the method by name through py4j: two round
     trips to the JVM before the call itself, and py4j caches neither. A warm cycle at 10 000
     partitions of bench/pipeline_bench.py's snapshot made 3333 round trips, 964 of them such
-    lookups; answered here, warm cycles took less time (docs/operations.md, "The embedded
-    driver"). The JVM calls themselves are the same ones.
+    lookups; answered here, a cycle makes a fifth fewer round trips (bench/results/pipeline.md,
+    "py4j"). The JVM calls themselves are the same ones.
 
     The methods are static, bound to no JVM object, and are kept on the gateway's JVM view:
     a new gateway (a restarted session) starts without them. A Connect session has no JVM
@@ -497,10 +494,8 @@ def compiled_leaf(spark: SparkSession, build: Callable[[SparkSession], DataFrame
     generated code inlines literals, and the round's clock made every cycle compile new
     classes. A step whose plan holds no literal that changes from round to round compiles
     once and is found in Spark's code cache from then on, and compiled it runs about twice as
-    fast as interpreted over many rows: the consumer-group family's scan, join and aggregation
-    of 1000 groups x 100 partitions took 0.36 s interpreted and 0.18 s compiled, and the
-    family added 1.16 s to a cycle interpreted, 0.70 s compiled (cycles alternating in one
-    session, median of 11). Only that step is built here.
+    fast as interpreted over many rows (the consumer-group family's aggregation of 1000
+    groups x 100 partitions: bench/results/groups.md). Only that step is built here.
 
     ``build(spark)`` itself where it already generates code (a remote master) or no JVM
     object can be reached (Spark Connect)."""

@@ -15,8 +15,7 @@ code runs on a classic session and on Spark Connect.
 
 Such a frame is a ``LocalRelation``: its rows are part of the plan, and Spark's analyser and
 optimiser walk and hash every row of it in each of their rules. That is free for a hundred
-rows and the larger part of a cycle for 100,000 (measured: the pipeline at 100k partitions
-6.9 s -> 2.7 s, the group family at 1000 groups x 100 partitions 3.4 s -> 1.8 s). So a table
+rows and the larger part of a cycle for 100,000 (bench/results/pipeline.md, "inputs"). So a table
 of at least :data:`FILE_MIN_ROWS` rows leaves the plan (:class:`Handover`). On an embedded
 (local-mode) session, whose JVM reads this host's files, it goes in as a Parquet file; the
 plan then holds only its path. A remote master or Spark Connect server cannot read our
@@ -152,8 +151,7 @@ def in_place(frame: DataFrame) -> DataFrame:
 
     The group family's blocked partitions and carried rows read their joins the same way (its
     SQL writes ``COALESCE(1)`` under this limit: ``groups._family_sql``): a cycle with groups
-    at the LSO ran 2 to 5 stages more than one without, none now (~0.05 s
-    at 1000 groups x 100 partitions, cycles alternating in one session). The
+    at the LSO would otherwise run 2 to 5 stages more than one without. The
     classification's chain does not: see ``families.classification.classified_frame`` for what
     it cost there."""
     return one_partition(frame).limit(UNREACHED_LIMIT)

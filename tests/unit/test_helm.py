@@ -1004,7 +1004,7 @@ def test_fleet_example_is_one_deployment_watching_every_cluster_file(
 
 
 def test_fleet_example_is_sized_from_the_fleet_benchmark(fleet: list[Manifest]) -> None:
-    """docs/operations.md ("Many clusters") records the peak RSS of five clusters in one
+    """docs/operations.md ("Sizing") records the peak RSS of five clusters in one
     process; the example requests it with the chart's usual 1.3 x headroom."""
     resources = exporter_container(one(fleet, "Deployment")["spec"]["template"]["spec"])["resources"]
     operations = (REPO / "docs" / "operations.md").read_text()
