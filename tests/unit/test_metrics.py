@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -16,6 +16,7 @@ from exporter.config import parse_config
 from exporter.daemon.cycle import ClusterJob
 from exporter.metrics.collector import ExporterMetrics, TransactionHealthCollector
 from exporter.metrics.families import renderers
+from exporter.metrics.scrape import Scrape
 from exporter.metrics.state import ClusterState, StateStore
 from exporter.model import (
     ApplicationTransactions,
@@ -34,7 +35,9 @@ from exporter.model import (
     TxnClass,
     UnknownReason,
 )
+from exporter.pipeline.compute import ComputeStats
 from exporter.pipeline.families import family_names
+from exporter.pipeline.rounds import ClusterRun, RoundResult
 
 NOW = 1_800_000_000.0
 
@@ -283,8 +286,14 @@ class _Collector:
 
 
 class _PipelineWithAFailedFamily:
-    def compute(self, snapshot: ClusterSnapshot, memory: PipelineMemory | None, now_ms: int, **_: Any) -> Any:
-        return CycleResult(cluster="prod", computed_at_ms=now_ms, failed_families=("groups",))
+    settings = PipelineSettings()
+
+    def compute_round(self, runs: list[ClusterRun]) -> RoundResult:
+        results = {
+            r.cluster: CycleResult(cluster=r.cluster, computed_at_ms=r.now_ms, failed_families=("groups",))
+            for r in runs
+        }
+        return RoundResult(results=results, failures={}, stats=ComputeStats())
 
 
 def test_a_failed_pipeline_family_is_counted_per_cluster_and_family_from_zero() -> None:
@@ -315,10 +324,12 @@ def test_every_family_renderer_module_is_rendered_at_each_scrape(monkeypatch: py
 
     from exporter.metrics import collector
 
-    def clusters(results: Sequence[tuple[str, CycleResult]], cluster_label: str) -> Iterator[Metric]:
-        family = GaugeMetricFamily("kafka_txn_test_clusters", "Clusters rendered.", labels=[cluster_label])
-        for cluster, _ in results:
-            family.add_metric([cluster], 1.0)
+    def clusters(scrape: Scrape) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "kafka_txn_test_clusters", "Clusters rendered.", labels=[scrape.cluster_label]
+        )
+        for state, _ in scrape.results():
+            family.add_metric([state.cluster], 1.0)
         yield family
 
     monkeypatch.setattr(collector, "renderers", lambda: (clusters,))
