@@ -27,9 +27,10 @@ alerts: setup
 bench: setup
 	$(PY) bench/run.py
 
-# The one-hour soak (bench/soak.py --help for shorter runs).
+# The one-hour soak at 10k partitions, slopes after minute 10 (bench/soak.py --help for
+# shorter runs).
 soak: setup
-	PYTHONPATH=. $(PY) bench/soak.py
+	PYTHONPATH=. $(PY) bench/soak.py --partitions 10000 --warmup 10
 
 clean:
 	rm -rf $(VENV) build *.egg-info
