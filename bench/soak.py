@@ -1,8 +1,9 @@
 """Soak: the real ``kafka-txn-exporter run`` process for a long time, watched for leaks.
 
-Starts one broker from the test bed (loopback), a topic of ``--partitions`` partitions with
-one genuinely hanging transaction on partition 0 and a transactional producer committing
-short transactions all the time (churn, every 10th aborted), then the daemon (embedded local
+Starts one broker from the test bed (loopback), ``--partitions`` partitions (a topic of up to
+100 with one genuinely hanging transaction on partition 0 and a transactional producer
+committing short transactions all the time on the others: churn, every 10th aborted; the rest
+in a second topic), then the daemon (embedded local
 Spark, interval ``--interval``) for ``--minutes``. Every ``--sample`` seconds it reads, for
 the exporter's process tree (the Python process and its Spark JVM): RSS, threads, open file
 descriptors, and a scrape of ``/metrics``.
@@ -190,7 +191,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     duration_s = args.minutes * 60
     with tempfile.TemporaryDirectory(prefix="kte-soak-") as tmp, KafkaCluster(brokers=1) as cluster:
         work = Path(tmp)
-        topic = cluster.create_topic("soak", partitions=args.partitions)
+        # The churn and the hanging transaction on a topic of 100 partitions, the rest in a
+        # second topic: one CreateTopics request may not hold 10k partitions (Kafka refuses an
+        # "excessively large batch operation").
+        txn_partitions = min(100, args.partitions)
+        topic = cluster.create_topic("soak", partitions=txn_partitions)
+        watched = [topic]
+        if args.partitions > txn_partitions:
+            watched.append(
+                cluster.create_topic("soak-bulk", partitions=args.partitions - txn_partitions, timeout_s=600)
+            )
         create_hanging_transaction(cluster, topic, partition=0)
         port = free_port()
         config = work / "config.yml"
@@ -201,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "clusters": [{
                 "name": "soak", "bootstrap_servers": cluster.bootstrap_servers,
                 "interval": f"{args.interval}s", "request_timeout": f"{request_timeout_s}s",
-                "topics": {"allow": [topic]},
+                "topics": {"allow": watched},
             }],
         }))  # fmt: skip
         churn = LibrdkafkaChurn(
@@ -209,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             topic,
             duration_s=duration_s + 120,
             max_transactions=10_000_000,
-            partitions=tuple(range(1, args.partitions)),
+            partitions=tuple(range(1, txn_partitions)),
             abort_every=10,
         )
         log_path = work / "daemon.log"
