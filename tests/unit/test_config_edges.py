@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -308,8 +308,11 @@ def accepted_pipeline_inputs() -> dict[PipelineInput, str]:
 def test_every_accepted_pipeline_input_completes_a_cycle(spark: SparkSession) -> None:
     """Each input runs a second cycle, on the memory the first cycle of the base config left
     (hanging candidates, group partitions waiting at the LSO), so that the settings that
-    count cycles meet a memory."""
+    count cycles meet a memory. The inputs are the clusters of one round (each with its own
+    settings, as a fleet's are): a cluster whose input fails Spark fails alone and is named,
+    and so is a family that fails."""
     from exporter.pipeline.compute import compute
+    from exporter.pipeline.rounds import ClusterRun, compute_round
 
     inputs = accepted_pipeline_inputs()
     assert len(inputs) > 10, "the edge table accepts the ends of every range"
@@ -318,20 +321,26 @@ def test_every_accepted_pipeline_input_completes_a_cycle(spark: SparkSession) ->
         spark, fixture_snapshot(T0), base.settings, None, T0, groups=base.groups, rules=base.rules
     )
     assert first.memory.candidates, "the fixture has a hanging candidate"
-    failed = []
-    for made, origin in inputs.items():
-        now = T0 + 30_000
-        try:
-            compute(
-                spark,
-                fixture_snapshot(now),
-                made.settings,
-                first.memory,
-                now,
-                groups=made.groups,
-                rules=made.rules,
-            )
-        except Exception as e:
-            failed.append(f"{origin}: {type(e).__name__}: {str(e)[:300]}")
-    print(f"{len(inputs)} distinct pipeline inputs ran a cycle each")
+    now = T0 + 30_000
+    origins = {f"edge-{i}": origin for i, origin in enumerate(inputs.values())}
+    runs = [
+        ClusterRun(
+            replace(fixture_snapshot(now), cluster=name),
+            first.memory,
+            now,
+            settings=made.settings,
+            groups=made.groups,
+            rules=made.rules,
+        )
+        for name, made in zip(origins, inputs, strict=True)
+    ]
+    done = compute_round(spark, runs)
+    failed = [f"{origins[name]}: {why}" for name, why in done.failures.items()]
+    failed += [
+        f"{origins[name]}: the {family} family failed"
+        for name, result in done.results.items()
+        for family in result.failed_families
+    ]
+    print(f"{len(inputs)} distinct pipeline inputs ran a cycle each, as one round")
     assert not failed, "\n".join(failed)
+    assert set(done.results) == set(origins)
