@@ -98,6 +98,7 @@ def classify(
     (its blocked consumers), on the target's attribution rules."""
     from exporter.kafka.collector import SnapshotCollector
     from exporter.pipeline.compute import FINDINGS_OUTPUTS, compute
+    from exporter.pipeline.families.groups import FAMILY as GROUPS
 
     progress.stage("collecting from Kafka")
     # The collector owns (and closes) its own clients.
@@ -113,7 +114,8 @@ def classify(
     progress.stage("classifying")
     now = int(time.time() * 1000)
     settings = replace(target.pipeline, hanging_confirm_cycles=1, max_findings=_NO_CAP)
-    outputs = FINDINGS_OUTPUTS | {"groups"} if groups is not None else FINDINGS_OUTPUTS
+    # With groups: every output of the group family (the blocked partitions among them).
+    outputs = FINDINGS_OUTPUTS | GROUPS.output_names if groups is not None else FINDINGS_OUTPUTS
     result = compute(
         spark, snapshot, settings, None, now, groups=groups, rules=target.attribution, outputs=outputs
     )
