@@ -4,8 +4,6 @@ At the default level (``info``) and above, a line on the daemon's log or the CLI
 one of ours (a logger under ``exporter``): the libraries' lines say again what ours already
 say, once, or describe their own internals:
 
-* APScheduler warns at every scheduled run that did not start because the previous cycle was
-  still running; the cycle counts those runs and says so once per streak;
 * kafka-python warns when one of its tasks ran longer than 0.1 s ("It is blocking the event
   loop"), which a loaded 2-core machine does all the time; its failures reach us as results;
 * py4j logs every connection at INFO, and a dead JVM's broken pipes at ERROR, which the
@@ -33,7 +31,6 @@ from exporter.config import LOG_LEVELS
 
 #: Third-party loggers and the lowest level they may log at the default level and above.
 QUIET_LIBRARIES: Mapping[str, int] = {
-    "apscheduler": logging.CRITICAL,
     "kafka": logging.ERROR,
     "py4j": logging.CRITICAL,
     "pyspark": logging.ERROR,

@@ -74,7 +74,6 @@ def test_the_relay_logs_every_line_of_the_driver_at_its_level(caplog: pytest.Log
 
 def test_the_libraries_are_quiet_at_the_default_level() -> None:
     setup_logging("info")
-    assert not logging.getLogger("apscheduler.scheduler").isEnabledFor(logging.WARNING)
     assert not logging.getLogger("kafka.net.selector").isEnabledFor(logging.WARNING)
     assert not logging.getLogger("py4j.clientserver").isEnabledFor(logging.ERROR)
     assert not logging.getLogger(JVM_LOGGER).isEnabledFor(logging.DEBUG)
@@ -83,14 +82,13 @@ def test_the_libraries_are_quiet_at_the_default_level() -> None:
 
 def test_debug_shows_everything_but_kafka_pythons_credentials() -> None:
     setup_logging("debug")
-    assert logging.getLogger("apscheduler.scheduler").isEnabledFor(logging.DEBUG)
     assert logging.getLogger("py4j.clientserver").isEnabledFor(logging.DEBUG)
     assert logging.getLogger(JVM_LOGGER).isEnabledFor(logging.DEBUG)
     # kafka-python's DEBUG lines carry its config and every request, SASL passwords too.
     assert logging.getLogger("kafka.net.selector").isEnabledFor(logging.WARNING)
     assert not logging.getLogger("kafka.conn").isEnabledFor(logging.DEBUG)
     setup_logging("info")  # a reload back to info quiets them again
-    assert not logging.getLogger("apscheduler.scheduler").isEnabledFor(logging.WARNING)
+    assert not logging.getLogger("py4j.clientserver").isEnabledFor(logging.ERROR)
 
 
 class _Collector:
