@@ -7,13 +7,16 @@ tests/integration/test_spark_connect.py and tests/image (the thin image as its c
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyspark
 import pytest
@@ -151,3 +154,37 @@ def connect_server(work: Path) -> Iterator[str]:
         yield f"sc://127.0.0.1:{port}"
     finally:
         stop_server(proc)
+
+
+def start_client_process(module: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """``python -m module args`` in a process of its own (a remote engine's client: one engine
+    per process), the repository its working directory, without the environment that would
+    make PySpark choose an engine for it."""
+    clean = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE", "PYSPARK_SUBMIT_ARGS")
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=Path(__file__).resolve().parents[1],
+        env={**clean, **(env or {})},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def client_document(client: subprocess.Popen[str], timeout_s: float, what: str) -> dict[str, Any]:
+    """The JSON document on the client's last line; fails the test (and ends the client) when
+    it does not finish within ``timeout_s`` or fails."""
+    try:
+        out, err = client.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        client.kill()
+        out, err = client.communicate()
+        pytest.fail(f"{what} did not finish within {timeout_s:.0f} s:\n{err[-6000:]}")
+    assert client.returncode == 0, f"{what} failed:\n{out}\n{err[-6000:]}"
+    document: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return document

@@ -9,12 +9,8 @@ the embedded rounds run in the test process meanwhile."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,10 +20,10 @@ from exporter.pipeline.rounds import compute_round
 from testbed.spark import SparkStandalone
 from tests.integration.fleet_rounds import run_rounds
 from tests.integration.test_spark_connect import connect_url  # noqa: F401 (a fixture)
+from tests.spark_connect_server import client_document, start_client_process
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
-REPO = Path(__file__).resolve().parents[2]
 CLIENT_TIMEOUT_S = 600.0
 
 
@@ -40,33 +36,11 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStanda
 
 
 def start_client(*args: str) -> subprocess.Popen[str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE", "PYSPARK_SUBMIT_ARGS")
-    }
-    env["SPARK_LOCAL_IP"] = "127.0.0.1"
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.integration.fleet_rounds", *args],
-        cwd=REPO,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return start_client_process("tests.integration.fleet_rounds", *args, env={"SPARK_LOCAL_IP": "127.0.0.1"})
 
 
 def client_rounds(client: subprocess.Popen[str]) -> dict[str, Any]:
-    try:
-        out, err = client.communicate(timeout=CLIENT_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        client.kill()
-        out, err = client.communicate()
-        pytest.fail(f"the client did not finish within {CLIENT_TIMEOUT_S:.0f} s:\n{err[-6000:]}")
-    assert client.returncode == 0, f"the client failed:\n{out}\n{err[-6000:]}"
-    document: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    return document
+    return client_document(client, CLIENT_TIMEOUT_S, "the client")
 
 
 def embedded_rounds(spark: SparkSession) -> list[dict[str, Any]]:

@@ -40,7 +40,13 @@ from testbed.broker import KafkaCluster
 from testbed.scenarios import OpenTransaction, produce_plain, run_transaction
 from tests.fixtures_kafka import HangingFactory
 from tests.integration.spark_connect_cycles import CYCLES, RICH_GROUPS, comparable, run_cycles, run_rounds
-from tests.spark_connect_server import STOP_TIMEOUT_S, connect_server, log_tail
+from tests.spark_connect_server import (
+    STOP_TIMEOUT_S,
+    client_document,
+    connect_server,
+    log_tail,
+    start_client_process,
+)
 from tests.unit.test_pipeline import candidates
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -58,33 +64,12 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def start_connect_client(url: str) -> subprocess.Popen[str]:
     """The cycles of :data:`CYCLES` on Spark Connect, in a fresh Python process."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE", "PYSPARK_SUBMIT_ARGS")
-    }
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.integration.spark_connect_cycles", url],
-        cwd=REPO,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return start_client_process("tests.integration.spark_connect_cycles", url)
 
 
 def connect_client_output(client: subprocess.Popen[str]) -> dict[str, Any]:
     """The client's JSON document; fails (and ends the client) after CLIENT_TIMEOUT_S."""
-    try:
-        out, err = client.communicate(timeout=CLIENT_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        client.kill()
-        out, err = client.communicate()
-        pytest.fail(f"Connect client did not finish within {CLIENT_TIMEOUT_S:.0f} s:\n{err[-6000:]}")
-    assert client.returncode == 0, f"Connect client failed:\n{out}\n{err[-6000:]}"
-    document: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    return document
+    return client_document(client, CLIENT_TIMEOUT_S, "Connect client")
 
 
 def assert_meaningful(results: list[CycleResult]) -> None:
