@@ -67,7 +67,7 @@ from exporter.model import (
     ProducerState,
     TransactionDescription,
 )
-from exporter.pipeline.session import FILE_MIN_ROWS_CONF, is_local_master
+from exporter.pipeline.session import FILE_MIN_ROWS_CONF, SHORT_LIVED_FILE_MIN_ROWS, is_local_master
 
 R = TypeVar("R")
 
@@ -172,13 +172,17 @@ class Handover:
     def __init__(self, spark: SparkSession, min_rows: int | None = None) -> None:
         self._spark = spark
         self._files = _reads_our_files(spark)
-        self._min_rows = _file_min_rows(spark) if min_rows is None else min_rows
+        self._jvm = _jvm_of(spark) if self._files else None
+        self._first = self._jvm is not None and self._jvm not in _READERS_STARTED
+        self._min_rows = _file_min_rows(spark, self._first) if min_rows is None else min_rows
         self._dir: str | None = None
 
     def frame(self, table: pa.Table, schema: StructType, session: SparkSession | None = None) -> DataFrame:
         """The table as a one-partition DataFrame (:func:`one_partition`), of ``session``
         (another session of the same SparkContext) if given."""
         spark = session if session is not None else self._spark
+        if self._first and table.num_rows >= FILE_MIN_ROWS and self._jvm is not None:
+            _READERS_STARTED.add(self._jvm)  # the next computation hands its tables over as files
         if table.num_rows < self._min_rows:
             return one_partition(spark.createDataFrame(table, schema))
         if not self._files:
@@ -202,10 +206,28 @@ class Handover:
         self.close()
 
 
-def _file_min_rows(spark: SparkSession) -> int:
-    """:data:`FILE_MIN_ROWS`, or the session's own bound (``session.FILE_MIN_ROWS_CONF``)."""
+#: The embedded JVMs (by their application id) that have had a computation whose tables
+#: would have been files. The first such computation of a JVM keeps its tables of fewer than
+#: ``session.SHORT_LIVED_FILE_MIN_ROWS`` rows in the plan: on a fresh JVM the first Parquet
+#: file costs the reader's start (classes loaded, code interpreted), about a second of the
+#: daemon's first cycle at 3000 partitions (bench/results/first_cycle.md); the next cycles,
+#: warm, read their large tables as files.
+_READERS_STARTED: set[str] = set()
+
+
+def _jvm_of(spark: SparkSession) -> str | None:
+    context = getattr(spark, "_sc", None)
+    app = getattr(context, "applicationId", None)
+    return app if isinstance(app, str) else None
+
+
+def _file_min_rows(spark: SparkSession, first: bool) -> int:
+    """The session's own bound (``session.FILE_MIN_ROWS_CONF``), else :data:`FILE_MIN_ROWS`
+    (``first``: the first computation of a JVM, ``session.SHORT_LIVED_FILE_MIN_ROWS``)."""
     own = spark.conf.get(FILE_MIN_ROWS_CONF, None)
-    return int(own) if own and own.isdigit() else FILE_MIN_ROWS
+    if own and own.isdigit():
+        return int(own)
+    return SHORT_LIVED_FILE_MIN_ROWS if first else FILE_MIN_ROWS
 
 
 def _reads_our_files(spark: SparkSession) -> bool:

@@ -135,6 +135,33 @@ def test_a_session_may_set_its_own_bound_for_files(
     assert len(written) == 1  # 10 rows < FILE_MIN_ROWS: in the plan
 
 
+def test_the_first_computation_of_an_embedded_jvm_keeps_its_tables_in_the_plan_and_the_next_writes_files(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first Parquet file a JVM reads costs the reader's start: the daemon's first cycle
+    # keeps tables of fewer than SHORT_LIVED_FILE_MIN_ROWS rows in the plan.
+    written: list[str] = []
+    write = pq.write_table
+
+    def spy(table: Any, path: str, **kwargs: Any) -> None:
+        written.append(path)
+        write(table, path, **kwargs)
+
+    monkeypatch.setattr(pq, "write_table", spy)
+    monkeypatch.setattr(tables, "_READERS_STARTED", set())
+    rows = tables.arrow_of(tables.BrokerRow, [tables.BrokerRow(b) for b in range(tables.FILE_MIN_ROWS)])
+    small = tables.arrow_of(tables.BrokerRow, [tables.BrokerRow(b) for b in range(10)])
+    with Handover(spark) as handover:
+        handover.frame(small, tables.schema_of(tables.BrokerRow))
+    # A computation of small tables only (the warm-up) does not count: this one is the first.
+    with Handover(spark) as handover:
+        handover.frame(rows, tables.schema_of(tables.BrokerRow))
+    assert written == []
+    with Handover(spark) as handover:
+        handover.frame(rows, tables.schema_of(tables.BrokerRow))
+    assert len(written) == 1
+
+
 class _InPlan(tuple):  # type: ignore[type-arg]
     """What the fake sessions below return: a table kept in the plan, one partition, which
     may be made a checkpoint."""
