@@ -111,17 +111,21 @@ def test_large_tables_become_checkpoints_where_the_engine_cannot_read_our_files_
     assert remote_like == in_plan
 
 
-def test_a_session_may_set_its_own_bound_for_files(
-    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    written: list[str] = []
+@pytest.fixture
+def written(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths of the Parquet files the test's hand-overs write."""
+    paths: list[str] = []
     write = pq.write_table
 
     def spy(table: Any, path: str, **kwargs: Any) -> None:
-        written.append(path)
+        paths.append(path)
         write(table, path, **kwargs)
 
     monkeypatch.setattr(pq, "write_table", spy)
+    return paths
+
+
+def test_a_session_may_set_its_own_bound_for_files(spark: SparkSession, written: list[str]) -> None:
     rows = tables.arrow_of(tables.BrokerRow, [tables.BrokerRow(b) for b in range(10)])
     spark.conf.set(FILE_MIN_ROWS_CONF, "5")
     try:
@@ -136,18 +140,10 @@ def test_a_session_may_set_its_own_bound_for_files(
 
 
 def test_the_first_computation_of_an_embedded_jvm_keeps_its_tables_in_the_plan_and_the_next_writes_files(
-    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession, written: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The first Parquet file a JVM reads costs the reader's start: the daemon's first cycle
     # keeps tables of fewer than SHORT_LIVED_FILE_MIN_ROWS rows in the plan.
-    written: list[str] = []
-    write = pq.write_table
-
-    def spy(table: Any, path: str, **kwargs: Any) -> None:
-        written.append(path)
-        write(table, path, **kwargs)
-
-    monkeypatch.setattr(pq, "write_table", spy)
     monkeypatch.setattr(tables, "_READERS_STARTED", set())
     rows = tables.arrow_of(tables.BrokerRow, [tables.BrokerRow(b) for b in range(tables.FILE_MIN_ROWS)])
     small = tables.arrow_of(tables.BrokerRow, [tables.BrokerRow(b) for b in range(10)])
