@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,7 +150,8 @@ def collect_round(
 ) -> Collected:
     """The selected outputs of every family (``only``: of that family) for every cluster of
     ``runs``, in one Spark action. A family is planned when it runs for any cluster of the
-    round (its ``applies``), over the clusters it runs for."""
+    round (its ``applies``), over the clusters it runs for; the families are planned
+    concurrently (:func:`_planned_frames`)."""
     check_outputs(outputs)
     with Handover(spark) as handover:
         ctx = Context(spark, runs, handover, _inputs())
@@ -158,18 +160,68 @@ def collect_round(
         }
         planned = [(f, selected) for f, selected in _chosen(outputs, only) if scopes[f.name]]
         readers = sum(len(selected) for f, selected in planned if f.classified)
-        if readers and any(CLASSIFICATION.applies(run) for run in runs):
-            classified = classified_frame(ctx)
-            ctx.classified = _shared(classified, stats) if readers > 1 else classified
+        classify = bool(readers) and any(CLASSIFICATION.applies(run) for run in runs)
+
+        def build(family: Family, selected: frozenset[str]) -> Mapping[str, DataFrame]:
+            return family.frames(ctx.within(scopes[family.name], family.reads), selected)
+
+        def classification() -> None:
+            if classify:
+                classified = classified_frame(ctx)
+                ctx.classified = _shared(classified, stats) if readers > 1 else classified
+
+        frames = _planned_frames(spark, planned, classification, build)
         out: dict[str, tuple[Sequence[Any], DataFrame]] = {}
-        for family, selected in planned:
-            view = ctx.within(scopes[family.name], family.reads)
+        for family, _ in planned:
             columns = {o.name: o.columns for o in family.outputs}
-            for name, frame in family.frames(view, selected).items():
+            for name, frame in frames[family.name].items():
                 out[name] = (columns[name], frame)
         rows = transport.collect(stats.seconds, out)
         stats.actions += 1 if out else 0
     return Collected(rows, {f.name: frozenset(scopes[f.name]) for f, _ in planned})
+
+
+#: Threads that build the families' frames of a round beside the calling thread.
+_PLANNERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kte-plan")
+
+
+def _planned_frames(
+    spark: SparkSession,
+    planned: Sequence[tuple[Family, frozenset[str]]],
+    classification: Callable[[], None],
+    build: Callable[[Family, frozenset[str]], Mapping[str, DataFrame]],
+) -> dict[str, Mapping[str, DataFrame]]:
+    """Each planned family's frames (by family), built concurrently on a classic session.
+
+    A classic session analyses every DataFrame step in the JVM as it is made, on the py4j
+    thread of the Python thread that makes it; planning the families one after another left
+    one of the two cores idle for most of a cycle's plan building, and on a fresh JVM (the
+    daemon's first cycle) that building is most of the cycle. So the families that do not
+    read the classified frame are planned on :data:`_PLANNERS` while the calling thread plans
+    the classification, and the others as soon as it is done, two at a time: the first
+    computation of a fresh driver at 3000 partitions took 6.7-7.0 s against 7.9-8.8 s planned
+    one family after another (bench/results/first_cycle.md). The round's tables and shared
+    frames are made once whichever thread asks first (``tables.Tables``,
+    ``families.base.Context.shared``); the frames, and so the plan, are the same.
+
+    On Spark Connect the client builds a plan without the server, so the families are
+    planned one after another there, as on any error path: every build has finished before
+    this returns or raises (the round's input files are removed right after)."""
+    if getattr(spark, "_sc", None) is None:
+        classification()
+        return {f.name: build(f, selected) for f, selected in planned}
+    futures: dict[str, Future[Mapping[str, DataFrame]]] = {}
+    try:
+        for family, selected in planned:
+            if not family.classified:
+                futures[family.name] = _PLANNERS.submit(build, family, selected)
+        classification()
+        for family, selected in planned:
+            if family.classified:
+                futures[family.name] = _PLANNERS.submit(build, family, selected)
+        return {name: future.result() for name, future in futures.items()}
+    finally:
+        wait(futures.values())
 
 
 def _shared(frame: DataFrame, st: ComputeStats) -> DataFrame:
