@@ -70,7 +70,16 @@ CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 #: * two JIT compiler threads (a 2-core pod), 512 KiB thread stacks (Spark starts ~60 threads,
 #:   and its cached pools add one per broadcast or block removal, idle ones ending after 60 s);
 #: * exit on OutOfMemoryError: a JVM in that state is useless; the daemon's supervision
-#:   notices the death and starts a new session.
+#:   notices the death and starts a new session;
+#: * no bytecode verification of the classpath's classes (Spark's jars from the pyspark
+#:   package, which the JVM trusts like its own classes, never verified either; a class
+#:   archive's classes were verified when it was written). A fresh driver loads ~10,000 of
+#:   them before its first cycle is out, and on 2 cores that start is CPU-bound (the JVM kept
+#:   1.7 cores busy through the first computation, half of it the JIT compilers): from the
+#:   process's start to its first computation's end, 11.0-11.3 s against 11.7-13.0 s with
+#:   verification (3 pairs alternated, bench/results/first_cycle.md). An operator who adds
+#:   jars of their own can turn it back on: ``-XX:+BytecodeVerificationRemote`` in
+#:   ``spark.driver.extraJavaOptions`` comes last and wins.
 LEAN_JVM_OPTIONS: tuple[str, ...] = (
     "-XX:+UseSerialGC",
     "-XX:MaxNewSize=48m",
@@ -82,6 +91,8 @@ LEAN_JVM_OPTIONS: tuple[str, ...] = (
     "-XX:CICompilerCount=2",
     "-Xss512k",
     "-XX:+ExitOnOutOfMemoryError",
+    "-XX:+UnlockDiagnosticVMOptions",
+    "-XX:-BytecodeVerificationRemote",
 )
 
 #: Extra JVM flags for a short-lived session (the CLI's cold fallback): C1 only, which halves
