@@ -1141,6 +1141,15 @@ def test_a_cycle_compiles_no_code_however_its_clock_moves(spark: SparkSession) -
     assert compilations.METRIC_COMPILATION_TIME().getCount() == before
 
 
+def test_the_embedded_driver_runs_without_verifying_sparks_bytecode(spark: SparkSession) -> None:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    bean = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+    )
+    assert bean.getVMOption("BytecodeVerificationRemote").getValue() == "false"
+
+
 def test_a_step_planned_in_the_code_generating_session_is_read_by_the_cycles_session(
     spark: SparkSession,
 ) -> None:

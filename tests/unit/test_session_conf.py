@@ -61,3 +61,12 @@ def test_a_connect_client_sends_the_plan_shape_and_the_operators_settings() -> N
         SparkConfig(connect_url="sc://spark:15002", conf={"spark.sql.shuffle.partitions": "1"})
     )
     assert conf == {**PLAN_DEFAULTS, "spark.sql.shuffle.partitions": "1"}
+
+
+def test_the_embedded_driver_does_not_verify_sparks_bytecode_unless_the_operator_asks() -> None:
+    options = session_conf(SparkConfig())["spark.driver.extraJavaOptions"].split()
+    off = options.index("-XX:-BytecodeVerificationRemote")
+    assert options.index("-XX:+UnlockDiagnosticVMOptions") < off  # the JVM refuses it before
+    on = "-XX:+BytecodeVerificationRemote"
+    asked = SparkConfig(conf={"spark.driver.extraJavaOptions": on})
+    assert session_conf(asked)["spark.driver.extraJavaOptions"].split()[-1] == on
