@@ -194,19 +194,20 @@ def _planned_frames(
     """Each planned family's frames (by family), built concurrently on a classic session.
 
     A classic session analyses every DataFrame step in the JVM as it is made, on the py4j
-    thread of the Python thread that makes it; planning the families one after another left
-    one of the two cores idle for most of a cycle's plan building, and on a fresh JVM (the
-    daemon's first cycle) that building is most of the cycle. So the families that do not
-    read the classified frame are planned on :data:`_PLANNERS` while the calling thread plans
-    the classification, and the others as soon as it is done, two at a time: the first
-    computation of a fresh driver at 3000 partitions took 6.7-7.0 s against 7.9-8.8 s planned
-    one family after another (bench/results/first_cycle.md). The round's tables and shared
-    frames are made once whichever thread asks first (``tables.Tables``,
-    ``families.base.Context.shared``); the frames, and so the plan, are the same.
+    thread of the Python thread that makes it, and a warm cycle keeps about one of two cores
+    busy: planned one family after another, the other core mostly waited. So the families
+    that do not read the classified frame are planned on :data:`_PLANNERS` while the calling
+    thread plans the classification, and the others as soon as it is done, two at a time. In
+    one process, alternated (bench/results/first_cycle.md): a warm round of 1 cluster x 3000
+    partitions took 1.02 s against 1.16 s, of 5 x 3000 1.21 against 1.28 s, of 50 x 10k 7.01
+    against 7.20 s. A fresh driver's first computation gains nothing: its JIT compilers
+    already keep both cores busy. The round's tables and shared frames are made once,
+    whichever thread asks first (``tables.Tables``, ``families.base.Context.shared``); the
+    frames, and so the plan, are the same.
 
     On Spark Connect the client builds a plan without the server, so the families are
-    planned one after another there, as on any error path: every build has finished before
-    this returns or raises (the round's input files are removed right after)."""
+    planned one after another there. Every build has ended before this returns or raises
+    (the round's input files are removed right after)."""
     if getattr(spark, "_sc", None) is None:
         classification()
         return {f.name: build(f, selected) for f, selected in planned}

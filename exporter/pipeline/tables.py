@@ -398,17 +398,14 @@ class Tables:
     def rows(self, name: str) -> tuple[Sequence[Any], ...]:
         """Each cluster's rows of the table, in the round's order."""
         with self._lock:
-            return self._rows_of(name)
-
-    def _rows_of(self, name: str) -> tuple[Sequence[Any], ...]:
-        if name not in self._rows:
-            if name in SNAPSHOT_TABLES:
-                of = SNAPSHOT_TABLES[name][1]
-                self._rows[name] = tuple(of(s) for s in self._snapshots)
-            else:
-                at = self._sources[name][1]
-                self._rows[name] = tuple(at(i) for i in range(len(self._snapshots)))
-        return self._rows[name]
+            if name not in self._rows:
+                if name in SNAPSHOT_TABLES:
+                    of = SNAPSHOT_TABLES[name][1]
+                    self._rows[name] = tuple(of(s) for s in self._snapshots)
+                else:
+                    at = self._sources[name][1]
+                    self._rows[name] = tuple(at(i) for i in range(len(self._snapshots)))
+            return self._rows[name]
 
     def empty(self, name: str) -> bool:
         return not any(self.rows(name))
