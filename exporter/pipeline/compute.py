@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,8 +149,7 @@ def collect_round(
 ) -> Collected:
     """The selected outputs of every family (``only``: of that family) for every cluster of
     ``runs``, in one Spark action. A family is planned when it runs for any cluster of the
-    round (its ``applies``), over the clusters it runs for; the families are planned
-    concurrently (:func:`_planned_frames`)."""
+    round (its ``applies``), over the clusters it runs for."""
     check_outputs(outputs)
     with Handover(spark) as handover:
         ctx = Context(spark, runs, handover, _inputs())
@@ -160,69 +158,18 @@ def collect_round(
         }
         planned = [(f, selected) for f, selected in _chosen(outputs, only) if scopes[f.name]]
         readers = sum(len(selected) for f, selected in planned if f.classified)
-        classify = bool(readers) and any(CLASSIFICATION.applies(run) for run in runs)
-
-        def build(family: Family, selected: frozenset[str]) -> Mapping[str, DataFrame]:
-            return family.frames(ctx.within(scopes[family.name], family.reads), selected)
-
-        def classification() -> None:
-            if classify:
-                classified = classified_frame(ctx)
-                ctx.classified = _shared(classified, stats) if readers > 1 else classified
-
-        frames = _planned_frames(spark, planned, classification, build)
+        if readers and any(CLASSIFICATION.applies(run) for run in runs):
+            classified = classified_frame(ctx)
+            ctx.classified = _shared(classified, stats) if readers > 1 else classified
         out: dict[str, tuple[Sequence[Any], DataFrame]] = {}
-        for family, _ in planned:
+        for family, selected in planned:
+            view = ctx.within(scopes[family.name], family.reads)
             columns = {o.name: o.columns for o in family.outputs}
-            for name, frame in frames[family.name].items():
+            for name, frame in family.frames(view, selected).items():
                 out[name] = (columns[name], frame)
         rows = transport.collect(stats.seconds, out)
         stats.actions += 1 if out else 0
     return Collected(rows, {f.name: frozenset(scopes[f.name]) for f, _ in planned})
-
-
-#: Threads that build the families' frames of a round beside the calling thread.
-_PLANNERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kte-plan")
-
-
-def _planned_frames(
-    spark: SparkSession,
-    planned: Sequence[tuple[Family, frozenset[str]]],
-    classification: Callable[[], None],
-    build: Callable[[Family, frozenset[str]], Mapping[str, DataFrame]],
-) -> dict[str, Mapping[str, DataFrame]]:
-    """Each planned family's frames (by family), built concurrently on a classic session.
-
-    A classic session analyses every DataFrame step in the JVM as it is made, on the py4j
-    thread of the Python thread that makes it, and a warm cycle keeps about one of two cores
-    busy: planned one family after another, the other core mostly waited. So the families
-    that do not read the classified frame are planned on :data:`_PLANNERS` while the calling
-    thread plans the classification, and the others as soon as it is done, two at a time. In
-    one process, alternated (bench/results/first_cycle.md): a warm round of 1 cluster x 3000
-    partitions took 1.02 s against 1.16 s, of 5 x 3000 1.21 against 1.28 s, of 50 x 10k 7.01
-    against 7.20 s. A fresh driver's first computation gains nothing: its JIT compilers
-    already keep both cores busy. The round's tables and shared frames are made once,
-    whichever thread asks first (``tables.Tables``, ``families.base.Context.shared``); the
-    frames, and so the plan, are the same.
-
-    On Spark Connect the client builds a plan without the server, so the families are
-    planned one after another there. Every build has ended before this returns or raises
-    (the round's input files are removed right after)."""
-    if getattr(spark, "_sc", None) is None:
-        classification()
-        return {f.name: build(f, selected) for f, selected in planned}
-    futures: dict[str, Future[Mapping[str, DataFrame]]] = {}
-    try:
-        for family, selected in planned:
-            if not family.classified:
-                futures[family.name] = _PLANNERS.submit(build, family, selected)
-        classification()
-        for family, selected in planned:
-            if family.classified:
-                futures[family.name] = _PLANNERS.submit(build, family, selected)
-        return {name: future.result() for name, future in futures.items()}
-    finally:
-        wait(futures.values())
 
 
 def _shared(frame: DataFrame, st: ComputeStats) -> DataFrame:

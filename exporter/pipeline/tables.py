@@ -44,7 +44,6 @@ import functools
 import operator
 import shutil
 import tempfile
-import threading
 import typing
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -177,7 +176,6 @@ class Handover:
         self._first = self._jvm is not None and self._jvm not in _READERS_STARTED
         self._min_rows = _file_min_rows(spark, self._first) if min_rows is None else min_rows
         self._dir: str | None = None
-        self._lock = threading.Lock()  # the round's families are planned on several threads
 
     def frame(self, table: pa.Table, schema: StructType, session: SparkSession | None = None) -> DataFrame:
         """The table as a one-partition DataFrame (:func:`one_partition`), of ``session``
@@ -190,18 +188,16 @@ class Handover:
         if not self._files:
             in_plan = one_partition(spark.createDataFrame(table, schema))
             return one_partition(in_plan.localCheckpoint(eager=False))
-        with self._lock:
-            if self._dir is None:
-                self._dir = tempfile.mkdtemp(prefix="kte-inputs-")
+        if self._dir is None:
+            self._dir = tempfile.mkdtemp(prefix="kte-inputs-")
         path = f"{self._dir}/{uuid.uuid4().hex}.parquet"
         pq.write_table(table, path, compression="none")
         return one_partition(spark.read.schema(schema).parquet(path))
 
     def close(self) -> None:
-        with self._lock:
-            if self._dir is not None:
-                shutil.rmtree(self._dir, ignore_errors=True)
-                self._dir = None
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
 
     def __enter__(self) -> Handover:
         return self
@@ -388,33 +384,28 @@ class Tables:
         self._sources = dict(sources or {})
         self._frames: dict[str, DataFrame] = {}
         self._rows: dict[str, tuple[Sequence[Any], ...]] = {}
-        # Families are planned on several threads (``compute.collect_round``): a table is made
-        # once, whichever asks first.
-        self._lock = threading.RLock()
 
     def record(self, name: str) -> type:
         return SNAPSHOT_TABLES[name][0] if name in SNAPSHOT_TABLES else self._sources[name][0]
 
     def rows(self, name: str) -> tuple[Sequence[Any], ...]:
         """Each cluster's rows of the table, in the round's order."""
-        with self._lock:
-            if name not in self._rows:
-                if name in SNAPSHOT_TABLES:
-                    of = SNAPSHOT_TABLES[name][1]
-                    self._rows[name] = tuple(of(s) for s in self._snapshots)
-                else:
-                    at = self._sources[name][1]
-                    self._rows[name] = tuple(at(i) for i in range(len(self._snapshots)))
-            return self._rows[name]
+        if name not in self._rows:
+            if name in SNAPSHOT_TABLES:
+                of = SNAPSHOT_TABLES[name][1]
+                self._rows[name] = tuple(of(s) for s in self._snapshots)
+            else:
+                at = self._sources[name][1]
+                self._rows[name] = tuple(at(i) for i in range(len(self._snapshots)))
+        return self._rows[name]
 
     def empty(self, name: str) -> bool:
         return not any(self.rows(name))
 
     def __getitem__(self, name: str) -> DataFrame:
-        with self._lock:
-            if name not in self._frames:
-                self._frames[name] = self.frame_in(name, self._spark)
-            return self._frames[name]
+        if name not in self._frames:
+            self._frames[name] = self.frame_in(name, self._spark)
+        return self._frames[name]
 
     def frame_in(self, name: str, session: SparkSession) -> DataFrame:
         """The table as a new DataFrame of ``session`` (another session of the same

@@ -22,7 +22,6 @@ row without a join.
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -169,9 +168,6 @@ class Context:
         self.tables = Tables(spark, [r.snapshot for r in self.runs], handover, sources)
         self.classified: DataFrame | None = None
         self._shared: dict[str, DataFrame] = {}
-        # Families are planned on several threads (``compute.collect_round``): a shared frame
-        # is built once, and a family that needs it while another builds it waits for it.
-        self._shared_lock = threading.RLock()
         self._kept: list[DataFrame] = []
         self._scope: tuple[int, ...] | None = None
         self._reads: frozenset[str] | None = None
@@ -216,10 +212,9 @@ class Context:
     def shared(self, key: str, build: Callable[[Context], DataFrame]) -> DataFrame:
         """A frame several families read, built once over the whole round."""
         base = self._base
-        with base._shared_lock:
-            if key not in base._shared:
-                base._shared[key] = build(base)
-            return self._in_scope(base._shared[key])
+        if key not in base._shared:
+            base._shared[key] = build(base)
+        return self._in_scope(base._shared[key])
 
     def sql(self, query: str, **frames: DataFrame) -> DataFrame:
         """``spark.sql(query, **frames)``, the frames kept until the round is done: on Spark
