@@ -72,8 +72,9 @@ CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 #: * exit on OutOfMemoryError: a JVM in that state is useless; the daemon's supervision
 #:   notices the death and starts a new session;
 #: * no bytecode verification of the classpath's classes (Spark's jars from the pyspark
-#:   package, which the JVM trusts like its own classes, never verified either; a class
-#:   archive's classes were verified when it was written). A fresh driver loads thousands of
+#:   package, which the JVM trusts like its own classes, never verified either; classes
+#:   mapped from a class archive are not verified at run time anyway, and ``class-archive``
+#:   writes its archive with these flags too). A fresh driver loads thousands of
 #:   them before its first cycle is out, and on 2 cores that start is CPU-bound (the JVM kept
 #:   1.7 cores busy through the first computation, half of it the JIT compilers): from the
 #:   process's start to its first computation's end, 11.0-11.3 s against 11.7-13.0 s with
