@@ -170,6 +170,10 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
     # session of its own (compiled_leaf): the group family's aggregation of the offsets.
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    # A large round runs compiled (generated_code): its plan is ~260 generated classes, and
+    # Spark's cache of compiled classes keeps 100 by default, so every round compiled ~170 of
+    # them again (3.4-3.6 s a round of 10 x 10k partitions with 500, 4.7-5.8 s with 100).
+    "spark.sql.codegen.cache.maxEntries": "500",
     # Interpreted, an expression used twice in a projection (the group family's "committed
     # offset at the LSO", three times) is shared through a cache that every row clears and
     # fills again: a fifth of the executor's samples at 1000 groups x 100 partitions, more
@@ -540,6 +544,60 @@ def _codegen_session(spark: SparkSession) -> SparkSession:
                     log.warning("no code generation for the large steps: %s", str(e)[:200])
             _codegen_sessions[spark] = child
         return child
+
+
+#: A round of at least this many partitions (every cluster's together) is planned and run
+#: with whole-stage code generation (:func:`generated_code`), and its partition frame is
+#: computed once (``families.partitions``). A fleet's round is where a cycle's tables stop
+#: being small: at 100 clusters x 10k partitions the round's one action took 13.0-14.6 s
+#: interpreted and 6.4-8.7 s compiled, and the round 16.2-19.6 s against 10.5-13.1 s
+#: (bench/results/fleet.md, "large rounds"). The classes compiled because the clock is a
+#: literal (a handful a round) cost tens of milliseconds there; below the bound a cycle
+#: stays interpreted (LOCAL_DEFAULTS says why).
+LARGE_ROUND_PARTITIONS = 200_000
+
+_generated_lock = threading.Lock()
+#: Per session: how many computations run with generated code now, and the settings to
+#: restore when the last one ends.
+_generated_users: weakref.WeakKeyDictionary[SparkSession, tuple[int, dict[str, str]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+@contextlib.contextmanager
+def generated_code(spark: SparkSession, wanted: bool) -> Iterator[None]:
+    """Within the block, ``spark`` plans and runs with whole-stage code generation
+    (:data:`CODEGEN_CONF`) when ``wanted`` and it is off (the embedded driver's default);
+    the previous settings come back when the last such block on the session ends.
+
+    The session's own settings rather than a session of its own (as :func:`compiled_leaf`
+    has): the daemon tags a round's jobs on its session and interrupts them by that tag at
+    the round's deadline, and another session's jobs would not carry it. Another computation
+    planned on the session meanwhile (the daemon runs one at a time) is planned compiled too:
+    the same results, only its speed differs."""
+    if not wanted:
+        yield
+        return
+    with _generated_lock:
+        users, saved = _generated_users.get(spark, (0, {}))
+        if users == 0:
+            saved = {key: str(spark.conf.get(key)) for key in CODEGEN_CONF}
+            for key, value in CODEGEN_CONF.items():
+                if saved[key] != value:
+                    spark.conf.set(key, value)
+        _generated_users[spark] = (users + 1, saved)
+    try:
+        yield
+    finally:
+        with _generated_lock:
+            users, saved = _generated_users[spark]
+            if users == 1:
+                del _generated_users[spark]
+                for key, value in saved.items():
+                    if value != CODEGEN_CONF[key]:
+                        spark.conf.set(key, value)
+            else:
+                _generated_users[spark] = (users - 1, saved)
 
 
 def _rehome(frame: DataFrame, spark: SparkSession) -> DataFrame:

@@ -4,6 +4,7 @@ result out, exactly as its own cycle would compute it; one cluster's failure is 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -19,6 +20,7 @@ from exporter.model import (
 )
 from exporter.pipeline.compute import ComputeStats, compute
 from exporter.pipeline.rounds import ClusterRun, compute_round
+from exporter.pipeline.session import generated_code
 from tests.integration.spark_connect_cycles import RICH_GROUPS, RICH_SETTINGS, rich_snapshot
 from tests.unit.test_pipeline import MIN, NOW, SEC, described, listed, offsets, producer, snapshot
 
@@ -178,3 +180,61 @@ def test_a_round_of_one_is_one_action_like_a_cycle(spark: SparkSession) -> None:
     outcome = compute_round(spark, [run])
     assert outcome.results == {"rich": alone}
     assert outcome.stats.actions == stats.actions == 1
+
+
+# --- a large round runs compiled -------------------------------------------------------------
+
+
+def test_a_large_round_runs_compiled_and_equals_each_clusters_own_interpreted_cycles(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round of at least ``LARGE_ROUND_PARTITIONS`` partitions is planned and run with
+    whole-stage code generation and its partition frame kept once; every cluster's result,
+    over rounds with memory carried, is still exactly its own interpreted cycle's, and the
+    session is interpreted again once the round is done."""
+    from exporter.pipeline import compute as compute_module
+
+    codegen_at_collect: list[str] = []
+    collect = compute_module.transport.collect
+
+    def watched(seconds: dict[str, float], out: Any) -> Any:
+        codegen_at_collect.append(str(spark.conf.get("spark.sql.codegen.wholeStage")))
+        return collect(seconds, out)
+
+    monkeypatch.setattr(compute_module.transport, "collect", watched)
+    interpreted = str(spark.conf.get("spark.sql.codegen.wholeStage"))
+    assert interpreted == "false"
+    memory: dict[str, PipelineMemory | None] = dict.fromkeys(FLEET)
+    for round_ in (1, 2):
+        runs = [_run(name, round_, memory[name]) for name in FLEET]
+        monkeypatch.setattr(compute_module, "LARGE_ROUND_PARTITIONS", 1)
+        outcome = compute_round(spark, runs)
+        monkeypatch.setattr(compute_module, "LARGE_ROUND_PARTITIONS", 10**12)
+        assert codegen_at_collect[-1] == "true"
+        assert spark.conf.get("spark.sql.codegen.wholeStage") == interpreted
+        assert not outcome.failures
+        assert outcome.stats.actions == 1
+        for run in runs:
+            assert outcome.results[run.cluster] == _alone(spark, run), (round_, run.cluster)
+            assert codegen_at_collect[-1] == "false"
+            memory[run.cluster] = outcome.results[run.cluster].memory
+    assert any(r.findings for r in outcome.results.values())
+
+
+def test_generated_code_is_on_while_any_computation_wants_it_and_then_as_it_was(
+    spark: SparkSession,
+) -> None:
+    def whole_stage() -> str:
+        return str(spark.conf.get("spark.sql.codegen.wholeStage"))
+
+    before = whole_stage()
+    with generated_code(spark, False):
+        assert whole_stage() == before
+    with generated_code(spark, True):
+        assert whole_stage() == "true"
+        assert spark.conf.get("spark.sql.codegen.factoryMode") == "FALLBACK"
+        with generated_code(spark, True):
+            assert whole_stage() == "true"
+        assert whole_stage() == "true"  # the outer computation still runs
+    assert whole_stage() == before
+    assert spark.conf.get("spark.sql.codegen.factoryMode") == "NO_CODEGEN"

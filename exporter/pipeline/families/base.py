@@ -157,9 +157,14 @@ class Context:
         runs: Sequence[ClusterRun],
         handover: Handover | None,
         inputs: Mapping[str, Input],
+        *,
+        large: bool = False,
     ) -> None:
         self.spark = spark
         self.runs = tuple(runs)
+        #: A large round (``session.LARGE_ROUND_PARTITIONS``): a frame that several outputs
+        #: read over every partition is computed once rather than in each.
+        self.large = large
         self.handover = handover
         sources: dict[str, RoundSource] = {
             name: (given.record, functools.partial(_rows_at, self.runs, given.rows))
@@ -230,10 +235,16 @@ class Context:
     def value(self, of: Callable[[ClusterRun], Value], kind: str = "bigint") -> Column:
         """A setting of each cluster (``of(run)``) as a column of the round's rows: a literal
         when every cluster has the same (a null of ``kind`` when it is None), else the
-        cluster's element of a literal array."""
+        cluster's element of a literal array.
+
+        Always the array in a large round, which runs compiled (``session.generated_code``):
+        generated code writes a number literal into its source, so a clock made every round
+        compile its classes again and run them interpreted until the JIT caught up; an array
+        is handed to the compiled class as an object, and the next round finds the class in
+        Spark's cache."""
         values = [of(r) for r in self.runs]
         first = values[0]
-        if all(v == first for v in values):
+        if all(v == first for v in values) and not self.large:
             return F.lit(first) if first is not None else F.lit(None).cast(kind)
         return F.array(*(F.lit(v) for v in values)).cast(f"array<{kind}>")[F.col(CLUSTER)]
 
@@ -241,7 +252,7 @@ class Context:
         """:meth:`value` in SQL text (integers and booleans only: nothing else is written
         into a statement)."""
         values = [_sql_literal(of(r)) for r in self.runs]
-        if len(set(values)) == 1:
+        if len(set(values)) == 1 and not self.large:
             return values[0]
         return f"array({', '.join(values)})[{CLUSTER}]"
 

@@ -20,8 +20,18 @@ from exporter.pipeline.tables import CLUSTER, keyed, one_partition, records_of
 
 def partition_frame(ctx: Context) -> DataFrame:
     """Every partition (offsets read, or an open transaction seen), with its leader, LSO lag,
-    the age of its oldest open transaction and whether any open transaction is late."""
-    return ctx.shared("partition_frame", _partition_frame)
+    the age of its oldest open transaction and whether any open transaction is late.
+
+    Three outputs read it (the partitions, the topics' and the brokers' aggregations). In a
+    cycle's plan each computes it again in the one task that runs them all, which costs less
+    than keeping it; in a large round (``ctx.large``) it is a lazy local checkpoint, computed
+    once inside the round's action (bench/results/fleet.md, "large rounds")."""
+    return ctx.shared("partition_frame", _kept_if_large)
+
+
+def _kept_if_large(ctx: Context) -> DataFrame:
+    frame = _partition_frame(ctx)
+    return one_partition(frame.localCheckpoint(eager=False)) if ctx.large else frame
 
 
 def _partition_frame(ctx: Context) -> DataFrame:
