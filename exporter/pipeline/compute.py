@@ -33,7 +33,7 @@ from exporter.pipeline.families.aborts import transaction_version
 from exporter.pipeline.families.base import Assembly, ClusterRun, Context, Family, Input
 from exporter.pipeline.families.classification import FAMILY as CLASSIFICATION
 from exporter.pipeline.families.classification import classified_frame, listing_incomplete
-from exporter.pipeline.session import LARGE_ROUND_PARTITIONS, generated_code
+from exporter.pipeline.session import LARGE_ROUND_PARTITIONS, large_round
 from exporter.pipeline.tables import Handover, one_partition
 
 __all__ = [
@@ -151,11 +151,11 @@ def collect_round(
     """The selected outputs of every family (``only``: of that family) for every cluster of
     ``runs``, in one Spark action. A family is planned when it runs for any cluster of the
     round (its ``applies``), over the clusters it runs for. A round of at least
-    :data:`~exporter.pipeline.session.LARGE_ROUND_PARTITIONS` partitions runs compiled
-    (:func:`~exporter.pipeline.session.generated_code`)."""
+    :data:`~exporter.pipeline.session.LARGE_ROUND_PARTITIONS` partitions is a large round
+    (:func:`~exporter.pipeline.session.large_round`)."""
     check_outputs(outputs)
     large = sum(len(run.snapshot.partitions) for run in runs) >= LARGE_ROUND_PARTITIONS
-    with generated_code(spark, large), Handover(spark) as handover:
+    with large_round(spark, large), Handover(spark) as handover:
         ctx = Context(spark, runs, handover, _inputs(), large=large)
         scopes = {
             f.name: [i for i, run in enumerate(runs) if f.applies(run)] for f, _ in _chosen(outputs, only)

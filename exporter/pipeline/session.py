@@ -170,7 +170,7 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
     # session of its own (compiled_leaf): the group family's aggregation of the offsets.
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-    # A large round runs compiled (generated_code): its plan is ~260 generated classes, and
+    # A large round runs compiled (large_round): its plan is ~260 generated classes, and
     # Spark's cache of compiled classes keeps 100 by default, so every round compiled ~170 of
     # them again (3.4-3.6 s a round of 10 x 10k partitions with 500, 4.7-5.8 s with 100).
     "spark.sql.codegen.cache.maxEntries": "500",
@@ -546,58 +546,70 @@ def _codegen_session(spark: SparkSession) -> SparkSession:
         return child
 
 
-#: A round of at least this many partitions (every cluster's together) is planned and run
-#: with whole-stage code generation (:func:`generated_code`), and its partition frame is
-#: computed once (``families.partitions``). A fleet's round is where a cycle's tables stop
-#: being small: at 100 clusters x 10k partitions the round's one action took 13.0-14.6 s
-#: interpreted and 6.4-8.7 s compiled, and the round 16.2-19.6 s against 10.5-13.1 s
-#: (bench/results/fleet.md, "large rounds"). The classes compiled because the clock is a
-#: literal (a handful a round) cost tens of milliseconds there; below the bound a cycle
-#: stays interpreted (LOCAL_DEFAULTS says why).
+#: A round of at least this many partitions (every cluster's together) is a large round: it
+#: is planned and run with :data:`LARGE_ROUND_CONF` (:func:`large_round`), its partition frame
+#: is computed once (``families.partitions``) and each cluster's values are arrays
+#: (``families.base.Context.value``). A fleet's round is where a cycle's tables stop being
+#: small. At 100 clusters x 10k partitions, alternated in one process, a round took 9.1-11.3 s
+#: against 16.7-20.4 s interpreted, its one action 4.4-6.4 s against 13.5-15.2 s; at 10 x 10k
+#: (100k partitions) 3.64 s against 3.98 s (bench/results/fleet.md, "Large rounds"). Below
+#: the bound a cycle stays as LOCAL_DEFAULTS says, interpreted: compiling a plan's ~260
+#: classes costs a fresh driver's first rounds seconds (issue 40's first cycle).
 LARGE_ROUND_PARTITIONS = 200_000
 
-_generated_lock = threading.Lock()
-#: Per session: how many computations run with generated code now, and the settings to
-#: restore when the last one ends.
-_generated_users: weakref.WeakKeyDictionary[SparkSession, tuple[int, dict[str, str]]] = (
+#: A large round's settings (:func:`large_round`): whole-stage code generation, and the
+#: union of the round's output tables split into one task per table, so that both cores
+#: of the embedded driver run them (Spark 4 makes a union of one-partition frames one
+#: partition: the round's dozen tables ran as one task). At 20 x 10k partitions, 3.97 s a
+#: round with the split against 4.32 s without (5 pairs alternated).
+LARGE_ROUND_CONF: Mapping[str, str] = {
+    **CODEGEN_CONF,
+    "spark.sql.unionOutputPartitioning": "false",
+}
+
+_large_lock = threading.Lock()
+#: Per session: how many large rounds run on it now, and the settings to restore when the
+#: last one ends.
+_large_users: weakref.WeakKeyDictionary[SparkSession, tuple[int, dict[str, str]]] = (
     weakref.WeakKeyDictionary()
 )
 
 
 @contextlib.contextmanager
-def generated_code(spark: SparkSession, wanted: bool) -> Iterator[None]:
-    """Within the block, ``spark`` plans and runs with whole-stage code generation
-    (:data:`CODEGEN_CONF`) when ``wanted`` and it is off (the embedded driver's default);
-    the previous settings come back when the last such block on the session ends.
+def large_round(spark: SparkSession, large: bool) -> Iterator[None]:
+    """Within the block, ``spark`` plans and runs with :data:`LARGE_ROUND_CONF` when
+    ``large``; the previous settings come back when the last large round on the session
+    ends. Nothing changes for a session that has them already (a remote master generates
+    code by default).
 
     The session's own settings rather than a session of its own (as :func:`compiled_leaf`
     has): the daemon tags a round's jobs on its session and interrupts them by that tag at
     the round's deadline, and another session's jobs would not carry it. Another computation
-    planned on the session meanwhile (the daemon runs one at a time) is planned compiled too:
+    planned on the session meanwhile (the daemon runs one at a time) is planned the same way:
     the same results, only its speed differs."""
-    if not wanted:
+    if not large:
         yield
         return
-    with _generated_lock:
-        users, saved = _generated_users.get(spark, (0, {}))
+    with _large_lock:
+        users, saved = _large_users.get(spark, (0, {}))
         if users == 0:
-            saved = {key: str(spark.conf.get(key)) for key in CODEGEN_CONF}
-            for key, value in CODEGEN_CONF.items():
+            saved = {key: str(spark.conf.get(key)) for key in LARGE_ROUND_CONF}
+            for key, value in LARGE_ROUND_CONF.items():
                 if saved[key] != value:
                     spark.conf.set(key, value)
-        _generated_users[spark] = (users + 1, saved)
+        _large_users[spark] = (users + 1, saved)
     try:
         yield
     finally:
-        with _generated_lock:
-            users, saved = _generated_users[spark]
+        with _large_lock:
+            users, saved = _large_users[spark]
             if users == 1:
-                del _generated_users[spark]
+                del _large_users[spark]
                 for key, value in saved.items():
-                    if value != CODEGEN_CONF[key]:
+                    if value != LARGE_ROUND_CONF[key]:
                         spark.conf.set(key, value)
             else:
-                _generated_users[spark] = (users - 1, saved)
+                _large_users[spark] = (users - 1, saved)
 
 
 def _rehome(frame: DataFrame, spark: SparkSession) -> DataFrame:

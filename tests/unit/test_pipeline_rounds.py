@@ -20,7 +20,7 @@ from exporter.model import (
 )
 from exporter.pipeline.compute import ComputeStats, compute
 from exporter.pipeline.rounds import ClusterRun, compute_round
-from exporter.pipeline.session import generated_code
+from exporter.pipeline.session import LARGE_ROUND_CONF, large_round
 from tests.integration.spark_connect_cycles import RICH_GROUPS, RICH_SETTINGS, rich_snapshot
 from tests.unit.test_pipeline import MIN, NOW, SEC, described, listed, offsets, producer, snapshot
 
@@ -188,52 +188,54 @@ def test_a_round_of_one_is_one_action_like_a_cycle(spark: SparkSession) -> None:
 def test_a_large_round_runs_compiled_and_equals_each_clusters_own_interpreted_cycles(
     spark: SparkSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A round of at least ``LARGE_ROUND_PARTITIONS`` partitions is planned and run with
-    whole-stage code generation and its partition frame kept once; every cluster's result,
-    over rounds with memory carried, is still exactly its own interpreted cycle's, and the
-    session is interpreted again once the round is done."""
+    """A round of at least ``LARGE_ROUND_PARTITIONS`` partitions is planned and run with the
+    large round's settings (code generation, a task per output table), its partition frame
+    kept once and its clusters' values as arrays; every cluster's result, over rounds with
+    memory carried, is still exactly its own interpreted cycle's, and the session's settings
+    are as they were once the round is done."""
     from exporter.pipeline import compute as compute_module
+    from exporter.pipeline import transport
 
-    codegen_at_collect: list[str] = []
-    collect = compute_module.transport.collect
+    settings_at_collect: list[dict[str, str]] = []
+    collect = transport.collect
 
     def watched(seconds: dict[str, float], out: Any) -> Any:
-        codegen_at_collect.append(str(spark.conf.get("spark.sql.codegen.wholeStage")))
+        settings_at_collect.append({key: str(spark.conf.get(key)) for key in LARGE_ROUND_CONF})
         return collect(seconds, out)
 
-    monkeypatch.setattr(compute_module.transport, "collect", watched)
-    interpreted = str(spark.conf.get("spark.sql.codegen.wholeStage"))
-    assert interpreted == "false"
+    monkeypatch.setattr(transport, "collect", watched)
+    before = {key: str(spark.conf.get(key)) for key in LARGE_ROUND_CONF}
+    assert before["spark.sql.codegen.wholeStage"] == "false"
     memory: dict[str, PipelineMemory | None] = dict.fromkeys(FLEET)
     for round_ in (1, 2):
         runs = [_run(name, round_, memory[name]) for name in FLEET]
         monkeypatch.setattr(compute_module, "LARGE_ROUND_PARTITIONS", 1)
         outcome = compute_round(spark, runs)
         monkeypatch.setattr(compute_module, "LARGE_ROUND_PARTITIONS", 10**12)
-        assert codegen_at_collect[-1] == "true"
-        assert spark.conf.get("spark.sql.codegen.wholeStage") == interpreted
+        assert settings_at_collect[-1] == LARGE_ROUND_CONF
+        assert {key: str(spark.conf.get(key)) for key in LARGE_ROUND_CONF} == before
         assert not outcome.failures
         assert outcome.stats.actions == 1
         for run in runs:
             assert outcome.results[run.cluster] == _alone(spark, run), (round_, run.cluster)
-            assert codegen_at_collect[-1] == "false"
+            assert settings_at_collect[-1] == before
             memory[run.cluster] = outcome.results[run.cluster].memory
     assert any(r.findings for r in outcome.results.values())
 
 
-def test_generated_code_is_on_while_any_computation_wants_it_and_then_as_it_was(
+def test_a_large_rounds_settings_hold_while_any_large_round_runs_and_then_are_as_they_were(
     spark: SparkSession,
 ) -> None:
     def whole_stage() -> str:
         return str(spark.conf.get("spark.sql.codegen.wholeStage"))
 
     before = whole_stage()
-    with generated_code(spark, False):
+    with large_round(spark, False):
         assert whole_stage() == before
-    with generated_code(spark, True):
+    with large_round(spark, True):
         assert whole_stage() == "true"
         assert spark.conf.get("spark.sql.codegen.factoryMode") == "FALLBACK"
-        with generated_code(spark, True):
+        with large_round(spark, True):
             assert whole_stage() == "true"
         assert whole_stage() == "true"  # the outer computation still runs
     assert whole_stage() == before

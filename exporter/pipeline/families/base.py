@@ -237,7 +237,7 @@ class Context:
         when every cluster has the same (a null of ``kind`` when it is None), else the
         cluster's element of a literal array.
 
-        Always the array in a large round, which runs compiled (``session.generated_code``):
+        Always the array in a large round, which runs compiled (``session.large_round``):
         generated code writes a number literal into its source, so a clock made every round
         compile its classes again and run them interpreted until the JIT caught up; an array
         is handed to the compiled class as an object, and the next round finds the class in
