@@ -550,12 +550,13 @@ def _codegen_session(spark: SparkSession) -> SparkSession:
 #: is planned and run with :data:`LARGE_ROUND_CONF` (:func:`large_round`), its partition frame
 #: is computed once (``families.partitions``) and each cluster's values are arrays
 #: (``families.base.Context.value``). A fleet's round is where a cycle's tables stop being
-#: small. At 100 clusters x 10k partitions, alternated in one process, a round took 9.1-11.3 s
-#: against 16.7-20.4 s interpreted, its one action 4.4-6.4 s against 13.5-15.2 s; at 10 x 10k
-#: (100k partitions) 3.64 s against 3.98 s (bench/results/fleet.md, "Large rounds"). Below
-#: the bound a cycle stays as LOCAL_DEFAULTS says, interpreted: compiling a plan's ~260
-#: classes costs a fresh driver's first rounds seconds (issue 40's first cycle).
-LARGE_ROUND_PARTITIONS = 200_000
+#: small. Alternated in one process (bench/results/fleet.md, "Large rounds"): at 100 clusters
+#: x 10k partitions a round took 9.1-11.3 s against 16.7-20.4 s interpreted (its one action
+#: 4.4-6.4 s against 13.5-15.2 s); at 10 x 10k 3.64 s against 3.98 s; one cluster of 100k
+#: partitions 3.11 s against 3.23 s. Below the bound a cycle stays as LOCAL_DEFAULTS says,
+#: interpreted: a first large round compiles ~150 classes, ~100 more in the next, seconds
+#: that a fresh driver's first cycle of a few thousand partitions does not need to pay.
+LARGE_ROUND_PARTITIONS = 100_000
 
 #: A large round's settings (:func:`large_round`): whole-stage code generation, and the
 #: union of the round's output tables split into one task per table, so that both cores
