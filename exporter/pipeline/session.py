@@ -594,7 +594,9 @@ def large_round(spark: SparkSession, large: bool) -> Iterator[None]:
     with _large_lock:
         users, saved = _large_users.get(spark, (0, {}))
         if users == 0:
-            saved = {key: str(spark.conf.get(key)) for key in LARGE_ROUND_CONF}
+            # "" is a setting the session leaves to Spark's default (or that its Spark does not
+            # know: asked without a default, an older Connect server fails the round).
+            saved = {key: spark.conf.get(key, None) or "" for key in LARGE_ROUND_CONF}
             for key, value in LARGE_ROUND_CONF.items():
                 if saved[key] != value:
                     spark.conf.set(key, value)
@@ -607,7 +609,9 @@ def large_round(spark: SparkSession, large: bool) -> Iterator[None]:
             if users == 1:
                 del _large_users[spark]
                 for key, value in saved.items():
-                    if value != LARGE_ROUND_CONF[key]:
+                    if not value:
+                        spark.conf.unset(key)
+                    elif value != LARGE_ROUND_CONF[key]:
                         spark.conf.set(key, value)
             else:
                 _large_users[spark] = (users - 1, saved)

@@ -103,10 +103,13 @@ def main(argv: list[str]) -> int:
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--connect")
     where.add_argument("--master")
+    parser.add_argument(
+        "--large", action="store_true", help="every round a large round (session.LARGE_ROUND_PARTITIONS)"
+    )
     args = parser.parse_args(argv)
     from exporter.config import SparkConfig
     from exporter.pipeline.rounds import compute_round
-    from exporter.pipeline.session import FILE_MIN_ROWS_CONF, spark_session, stop
+    from exporter.pipeline.session import FILE_MIN_ROWS_CONF, LARGE_ROUND_CONF, spark_session, stop
 
     config = (
         SparkConfig(connect_url=args.connect)
@@ -127,9 +130,28 @@ def main(argv: list[str]) -> int:
     # Tables of 5 rows or more leave the plan (checkpoints on a remote engine), as the large
     # tables of a real cluster do: the rounds read some of each kind.
     spark.conf.set(FILE_MIN_ROWS_CONF, "5")
+    seen_at_collect: list[dict[str, str | None]] = []
+    if args.large:
+        from exporter.pipeline import compute, transport
+
+        compute.LARGE_ROUND_PARTITIONS = 1  # type: ignore[attr-defined]
+        collect = transport.collect
+
+        def watched(seconds: dict[str, float], out: Any) -> Any:
+            seen_at_collect.append({key: spark.conf.get(key, None) for key in LARGE_ROUND_CONF})
+            return collect(seconds, out)
+
+        transport.collect = watched
+    conf_before = {key: spark.conf.get(key, None) for key in LARGE_ROUND_CONF}
     try:
         rounds = run_rounds(lambda runs: compute_round(spark, runs))
-        document = {"session": f"{type(spark).__module__}.{type(spark).__name__}", "rounds": rounds}
+        document = {
+            "session": f"{type(spark).__module__}.{type(spark).__name__}",
+            "rounds": rounds,
+            "conf_before": conf_before,
+            "conf_at_collect": seen_at_collect,
+            "conf_after": {key: spark.conf.get(key, None) for key in LARGE_ROUND_CONF},
+        }
     finally:
         stop(spark)
     print(json.dumps(document))

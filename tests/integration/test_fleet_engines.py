@@ -17,6 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from exporter.pipeline.rounds import compute_round
+from exporter.pipeline.session import LARGE_ROUND_CONF
 from testbed.spark import SparkStandalone
 from tests.integration.fleet_rounds import run_rounds
 from tests.integration.test_spark_connect import connect_url  # noqa: F401 (a fixture)
@@ -82,6 +83,21 @@ def test_a_fleet_round_on_spark_connect_equals_the_embedded_engine(
 ) -> None:
     remote = compare_with(spark, "--connect", connect_url)
     assert remote["session"] == "pyspark.sql.connect.session.SparkSession"
+
+
+def test_a_large_fleet_round_on_spark_connect_runs_compiled_and_equals_the_embedded_engine(
+    spark: SparkSession,
+    connect_url: str,  # noqa: F811 (the fixture)
+) -> None:
+    """Every round of the client a large round (its bound lowered to one partition): the
+    Connect server's session takes the large round's settings for each round and has its own
+    back after it, the partition frame is a checkpoint on the server, the clusters' values
+    arrays; the results are the embedded engine's ordinary rounds', field by field."""
+    remote = compare_with(spark, "--connect", connect_url, "--large")
+    assert remote["session"] == "pyspark.sql.connect.session.SparkSession"
+    assert remote["conf_at_collect"]  # one per action: each round's, and a failed one's again alone
+    assert all(seen == LARGE_ROUND_CONF for seen in remote["conf_at_collect"])
+    assert remote["conf_after"] == remote["conf_before"]
 
 
 def test_a_fleet_round_on_a_spark_standalone_cluster_equals_the_embedded_engine(

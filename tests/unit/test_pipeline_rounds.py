@@ -230,13 +230,16 @@ def test_a_large_rounds_settings_hold_while_any_large_round_runs_and_then_are_as
         return str(spark.conf.get("spark.sql.codegen.wholeStage"))
 
     before = whole_stage()
+    union = str(spark.conf.get("spark.sql.unionOutputPartitioning"))  # Spark's default
     with large_round(spark, False):
         assert whole_stage() == before
     with large_round(spark, True):
         assert whole_stage() == "true"
         assert spark.conf.get("spark.sql.codegen.factoryMode") == "FALLBACK"
+        assert spark.conf.get("spark.sql.unionOutputPartitioning") == "false"
         with large_round(spark, True):
             assert whole_stage() == "true"
         assert whole_stage() == "true"  # the outer computation still runs
     assert whole_stage() == before
     assert spark.conf.get("spark.sql.codegen.factoryMode") == "NO_CODEGEN"
+    assert spark.conf.get("spark.sql.unionOutputPartitioning") == union

@@ -162,8 +162,9 @@ class Context:
     ) -> None:
         self.spark = spark
         self.runs = tuple(runs)
-        #: A large round (``session.LARGE_ROUND_PARTITIONS``): a frame that several outputs
-        #: read over every partition is computed once rather than in each.
+        #: A large round (``session.LARGE_ROUND_PARTITIONS``), run compiled: a frame that
+        #: several outputs read over every partition is computed once rather than in each,
+        #: and the clusters' values are arrays (:meth:`value`).
         self.large = large
         self.handover = handover
         sources: dict[str, RoundSource] = {
