@@ -531,6 +531,10 @@ def _codegen_session(spark: SparkSession) -> SparkSession:
         return spark
     with _codegen_lock:
         child = _codegen_sessions.get(spark)
+        if child is None and spark in _large_users:
+            # A large round generates code with settings that are the round's, not the
+            # session's: build there now, and decide (and remember) outside a large round.
+            return spark
         if child is None:
             child = spark
             if spark.conf.get("spark.sql.codegen.wholeStage", "true") != "true":

@@ -20,7 +20,7 @@ from exporter.model import (
 )
 from exporter.pipeline.compute import ComputeStats, compute
 from exporter.pipeline.rounds import ClusterRun, compute_round
-from exporter.pipeline.session import LARGE_ROUND_CONF, large_round
+from exporter.pipeline.session import LARGE_ROUND_CONF, _codegen_session, large_round
 from tests.integration.spark_connect_cycles import RICH_GROUPS, RICH_SETTINGS, rich_snapshot
 from tests.unit.test_pipeline import MIN, NOW, SEC, described, listed, offsets, producer, snapshot
 
@@ -243,3 +243,52 @@ def test_a_large_rounds_settings_hold_while_any_large_round_runs_and_then_are_as
     assert whole_stage() == before
     assert spark.conf.get("spark.sql.codegen.factoryMode") == "NO_CODEGEN"
     assert spark.conf.get("spark.sql.unionOutputPartitioning") == union
+
+
+def test_a_large_round_compiles_no_class_again_when_only_the_clock_moved(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large round's clusters' values (the clock among them) are arrays handed to the
+    compiled classes, not literals written into them: once rounds of the same shape have
+    run, the next one finds every class in Spark's cache (with the clock as a number literal,
+    every round compiled classes of its own). Without consumer groups: with them, a round
+    still compiles a few classes (bench/results/fleet.md)."""
+    from exporter.pipeline import compute as compute_module
+
+    monkeypatch.setattr(compute_module, "LARGE_ROUND_PARTITIONS", 1)
+    jvm: Any = spark._jvm
+    metrics = jvm.org.apache.spark.metrics.source.CodegenMetrics
+
+    def compiled() -> int:
+        return int(metrics.METRIC_COMPILATION_TIME().getCount())
+
+    memory: dict[str, PipelineMemory | None] = dict.fromkeys(FLEET)
+    counts: list[int] = []
+    for shift in range(4):  # the same snapshots; the clock moves by a round each time
+        before = compiled()
+        runs = [
+            replace(run, now_ms=run.now_ms + shift * 30 * SEC, groups=None)
+            for run in (_run(name, 3, memory[name]) for name in FLEET)
+        ]
+        outcome = compute_round(spark, runs)
+        assert not outcome.failures
+        memory.update({name: result.memory for name, result in outcome.results.items()})
+        counts.append(compiled() - before)
+    assert counts[0] > 0, counts  # the round ran compiled
+    assert counts[-1] == 0, counts
+
+
+def test_a_large_round_does_not_decide_where_the_compiled_steps_of_later_cycles_run(
+    spark: SparkSession,
+) -> None:
+    """The consumer-group family's compiled step runs in a session with code generation of
+    its own (``compiled_leaf``), chosen once per session. Asked first during a large round,
+    whose session generates code only for the round, it is built there, and the choice is
+    made (and kept) after it: later cycles, interpreted, still compile that step."""
+    fresh = spark.newSession()
+    with large_round(fresh, True):
+        assert _codegen_session(fresh) is fresh
+    child = _codegen_session(fresh)
+    assert child is not fresh
+    assert child.conf.get("spark.sql.codegen.wholeStage") == "true"
+    assert fresh.conf.get("spark.sql.codegen.wholeStage") == "false"
