@@ -29,6 +29,7 @@ import faulthandler
 import logging
 import math
 import signal
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -132,6 +133,15 @@ def round_seconds(result: VariantResult) -> float:
     return result.warm_cycle_s() if result.variant.clusters == 1 else result.round_s()
 
 
+def late_round_seconds(result: VariantResult) -> float:
+    """Median over the second half of the run's rounds of the slowest cluster's cycle: the
+    engine keeps warming (the JIT) for ten rounds or more, and rounds 2.. include that."""
+    cycles = list(result.cluster_cycles.values())
+    rounds = [max(c[i] for c in cycles) for i in range(min((len(c) for c in cycles), default=0))]
+    late = rounds[len(rounds) // 2 :]
+    return statistics.median(late) if len(late) >= 2 else math.nan
+
+
 def print_report(
     results: dict[int, VariantResult],
     partitions: Sequence[int],
@@ -165,9 +175,24 @@ def print_report(
         print(f"cycle durations with {n} cluster(s) (s):")
         for cluster, cycles in sorted(r.cluster_cycles.items()):
             print(f"  {cluster}: " + " ".join(f"{s:.2f}" for s in cycles))
+        stages = {k: v[1:] for k, v in sorted(r.stages.items()) if len(v) > 1}
+        if stages:
+            print(
+                "  stages of its first cluster, median of cycles 2.. (s): "
+                + ", ".join(f"{k} {statistics.median(v):.3f}" for k, v in stages.items())
+            )
         if r.exit_code != 0 or not r.cycle_seconds:
             with contextlib.suppress(OSError):
                 print("\n".join(Path(r.log_path).read_text(errors="replace").splitlines()[-30:]))
+    late_one = late_round_seconds(one) if one else math.nan
+    print("second half of each run's rounds, median (the engine still warms in the first half):")
+    for n, r in sorted(results.items()):
+        late = late_round_seconds(r)
+        tool = sum(find_hanging[:n])
+        print(
+            f"  {n} cluster(s): {fmt(late, '.2f')} s, {fmt(late / late_one, '.2f')}x one cluster, "
+            f"{fmt(late / tool, '.2f')}x Kafka's find-hanging"
+        )
     print("Recommended Kubernetes memory (peak total RSS x 1.3, rounded up to 64 MiB): " + ", ".join(
         f"{n} cluster(s) {recommended_mib(r.peak('total'))}Mi" for n, r in sorted(results.items())
     ))  # fmt: skip
