@@ -175,8 +175,10 @@ class KafkaPythonRequests:
         send = manager.send
 
         def counting_send(request: Any, node_id: Any = None, request_timeout_ms: Any = None) -> Any:
+            # A request we wrap (exporter.kafka._protocol) answers to its API's name.
+            api = str(getattr(request, "name", type(request).__name__))
             with self._lock:
-                self.counts[type(request).__name__.removesuffix("Request")] += 1
+                self.counts[api.removesuffix("Request")] += 1
             return send(request, node_id=node_id, request_timeout_ms=request_timeout_ms)
 
         manager.send = counting_send  # this instance only

@@ -17,7 +17,9 @@ kafka-python's private attributes:
   ``encode``, ``expect_response``) and ``RequestHeader.get_response_class`` (how the
   connection's reader finds the decoder of a request's response): :class:`DecodedBy` wraps
   one request so that its own response is decoded by a function of ours, as kafka-python's
-  raw SASL request does; nothing of kafka-python is replaced for the process.
+  raw SASL request does; nothing of kafka-python is replaced for the process;
+* ``ApiMessage.encode_header`` and ``flexible_version_q`` (a request's header, and whether a
+  version is flexible): :class:`EncodedBy` sends a request whose body we write ourselves.
 
 :data:`INTERNALS` lists them; ``tests/unit/test_kafka_protocol.py`` checks that the
 installed kafka-python still has every one, so an upgrade that moves them fails a unit test
@@ -26,6 +28,7 @@ instead of a cycle.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -47,10 +50,15 @@ INTERNALS = (
     ("kafka.net.selector.NetworkSelector", "stop"),
     ("kafka.protocol.api_header.RequestHeader", "get_response_class"),
     ("kafka.protocol.api_message.ApiMessage", "with_header"),
+    ("kafka.protocol.api_message.ApiMessage", "encode_header"),
+    ("kafka.protocol.api_message.ApiMessage", "flexible_version_q"),
 )
 #: How much longer than a request's own timeout its answer is awaited (the request times out
 #: on the connection first; this only guards against a lost callback).
 AWAIT_MARGIN_MS = 1000
+
+#: A request's frame: its size, before the header.
+_FRAME = struct.Struct(">i").pack
 
 #: One reply of :meth:`ProtocolClient.send_all`: (key, broker id, response or exception).
 Reply = tuple[K, int, Any]
@@ -208,6 +216,58 @@ class DecodedBy:
 
     def __repr__(self) -> str:
         return repr(self._request)
+
+
+class EncodedBy:
+    """A request whose body we write: it stands in for ``shell``, the same kafka-python
+    request with empty arrays, on the connection. The connection negotiates the version
+    (within ``shell``'s ``min_version`` and ``max_version``, which must lie in ``versions``)
+    and sets the header on ``shell``; :meth:`encode` writes that header, then
+    ``encode_body(version)``, then frames them, as kafka-python's own ``encode`` does. The
+    response is decoded by kafka-python, as for ``shell``. ``exporter.kafka.wire`` writes
+    ListOffsets this way."""
+
+    def __init__(self, shell: Any, versions: range, encode_body: Callable[[int], bytes]) -> None:
+        self._shell = shell
+        self._versions = versions
+        self._encode_body = encode_body
+
+    @property
+    def API_VERSION(self) -> Any:  # noqa: N802 - kafka-python's name
+        return self._shell.API_VERSION
+
+    @API_VERSION.setter
+    def API_VERSION(self, version: int) -> None:  # noqa: N802
+        self._shell.API_VERSION = version
+
+    @property
+    def header(self) -> Any:
+        return self._shell.header
+
+    def with_header(self, *args: Any, **kwargs: Any) -> None:
+        self._shell.with_header(*args, **kwargs)
+
+    def encode(self, version: int | None = None, header: bool = False, framed: bool = False) -> bytes:
+        if version is not None:
+            self.API_VERSION = version
+        version = self._shell.API_VERSION
+        if version not in self._versions:
+            raise ValueError(f"{type(self._shell).__name__} v{version} is not written here")
+        data = self._encode_body(version)
+        if header:
+            data = self._shell.encode_header(flexible=self._shell.flexible_version_q(version)) + data
+        if framed:
+            data = _FRAME(len(data)) + data
+        return data
+
+    def expect_response(self) -> bool:
+        return bool(self._shell.expect_response())
+
+    def __getattr__(self, name: str) -> Any:  # API_KEY, name, min/max versions
+        return getattr(self._shell, name)
+
+    def __repr__(self) -> str:
+        return f"{type(self._shell).__name__}(v{self._shell.API_VERSION}, body written by the exporter)"
 
 
 class _DecodingHeader:

@@ -4,12 +4,13 @@ earliest on demand (confluent-kafka)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from exporter.kafka._protocol import ProtocolClient
+from exporter.kafka._protocol import EncodedBy, ProtocolClient
 from exporter.kafka.configs import RESULT_MARGIN_S
 from exporter.kafka.results import Collected, Gather, timeout_ms
+from exporter.kafka.wire import LIST_OFFSETS_VERSIONS, encode_list_offsets
 from exporter.model import PartitionOffsets
 
 #: Kafka's OFFSET_NOT_AVAILABLE: an answer without error whose offset is -1 (no such offset).
@@ -30,8 +31,9 @@ def partition_offsets(
     Sent through kafka-python's protocol layer rather than confluent-kafka's ``list_offsets``,
     which makes a Python future (with its lock and condition) for every partition and level:
     at 10k partitions those 20k futures were the largest transient allocation of a cycle
-    (~25 MiB of the daemon's Python heap at its peak) and most of the stage's time."""
-    from kafka.protocol.consumer.offsets import IsolationLevel, ListOffsetsRequest, OffsetSpec
+    (~25 MiB of the daemon's Python heap at its peak) and most of the stage's time. The
+    requests' bytes are written by :func:`exporter.kafka.wire.encode_list_offsets`."""
+    from kafka.protocol.consumer.offsets import IsolationLevel, OffsetSpec
 
     gather: Gather[PartitionOffsets] = Gather("ListOffsets")
     tps = sorted(set(partitions))
@@ -46,26 +48,8 @@ def partition_offsets(
             gather.fail("LEADER_NOT_AVAILABLE", topic=t, partition=p, message="")
         else:
             by_leader.setdefault(leader, {}).setdefault(t, []).append(p)
-    topic_request = ListOffsetsRequest.ListOffsetsTopic
-    partition_request = topic_request.ListOffsetsPartition
     requests = [
-        (
-            kind,
-            leader,
-            ListOffsetsRequest(
-                replica_id=-1,
-                isolation_level=isolation,
-                topics=[
-                    topic_request(
-                        name=t,
-                        partitions=[
-                            partition_request(partition_index=p, timestamp=OffsetSpec.LATEST) for p in ps
-                        ],
-                    )
-                    for t, ps in by_topic.items()
-                ],
-            ),
-        )
+        (kind, leader, list_offsets_request(int(isolation), by_topic, int(OffsetSpec.LATEST)))
         for kind, isolation in (
             ("hwm", IsolationLevel.READ_UNCOMMITTED),
             ("lso", IsolationLevel.READ_COMMITTED),
@@ -110,6 +94,27 @@ def partition_offsets(
         )
     )
     return gather.result()
+
+
+def list_offsets_request(
+    isolation_level: int, topics: Mapping[str, Sequence[int]], timestamp: int
+) -> EncodedBy:
+    """A ListOffsets request of ``timestamp`` for every partition of ``topics`` (name ->
+    partition numbers), written by :func:`exporter.kafka.wire.encode_list_offsets`."""
+    from kafka.protocol.consumer.offsets import ListOffsetsRequest
+
+    shell = ListOffsetsRequest(
+        replica_id=-1,
+        isolation_level=isolation_level,
+        topics=[],
+        min_version=LIST_OFFSETS_VERSIONS[0],
+        max_version=LIST_OFFSETS_VERSIONS[-1],
+    )
+    return EncodedBy(
+        shell,
+        LIST_OFFSETS_VERSIONS,
+        lambda version: encode_list_offsets(version, isolation_level, topics, timestamp),
+    )
 
 
 def log_start_offsets(

@@ -10,17 +10,26 @@ from types import SimpleNamespace
 from typing import Any
 
 from kafka.errors import KafkaConnectionError
-from kafka.protocol.consumer.offsets import IsolationLevel
+from kafka.protocol.consumer.offsets import IsolationLevel, ListOffsetsRequest
 
 from exporter.kafka.offsets import partition_offsets
+from exporter.kafka.wire import LIST_OFFSETS_VERSIONS
 from exporter.model import PartitionOffsets
 
 Answer = Callable[[int | None, Any], Any]
 
 
+def on_the_wire(request: Any) -> Any:
+    """The request as the broker reads it: its bytes at the newest version we write, decoded
+    by kafka-python."""
+    version = LIST_OFFSETS_VERSIONS[-1]
+    return ListOffsetsRequest.decode(request.encode(version=version), version=version)
+
+
 class FakeProtocolClient:
-    """Answers each request with ``answer(broker_id, request)`` (an exception: that request
-    failed) and remembers what was sent."""
+    """Answers each request, as the broker reads it (:func:`on_the_wire`), with
+    ``answer(broker_id, request)`` (an exception: that request failed) and remembers what was
+    sent."""
 
     def __init__(self, answer: Answer) -> None:
         self.answer = answer
@@ -31,7 +40,8 @@ class FakeProtocolClient:
 
     def send_all(self, requests: Sequence[tuple[Any, int | None, Any]], timeout_ms: int) -> list[Any]:
         replies = []
-        for key, broker_id, request in requests:
+        for key, broker_id, sent in requests:
+            request = on_the_wire(sent)
             self.sent.append((broker_id, request))
             replies.append((key, -1 if broker_id is None else broker_id, self.answer(broker_id, request)))
         return replies

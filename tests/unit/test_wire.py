@@ -1,5 +1,6 @@
-"""OffsetFetch responses read from the wire into columns (exporter.kafka.wire), against
-kafka-python's own encoder and decoder of the same responses."""
+"""OffsetFetch responses read from the wire into columns, and ListOffsets requests written to
+it (exporter.kafka.wire), against kafka-python's own encoder and decoder of the same
+messages."""
 
 from __future__ import annotations
 
@@ -7,10 +8,14 @@ from typing import Any
 
 import pytest
 from kafka.protocol.api_header import ResponseClassRegistry
+from kafka.protocol.broker_version_data import BrokerVersionData
 from kafka.protocol.consumer.group import OffsetFetchRequest, OffsetFetchResponse
+from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse, OffsetSpec
 
 from exporter.kafka.groups import _offset_fetch_request
+from exporter.kafka.offsets import list_offsets_request
 from exporter.kafka.wire import (
+    LIST_OFFSETS_VERSIONS,
     OFFSET_FETCH_VERSIONS,
     GroupOffsetsRead,
     MalformedResponseError,
@@ -18,6 +23,7 @@ from exporter.kafka.wire import (
     TopicOffsets,
     columns_of,
     decode_offset_fetch,
+    encode_list_offsets,
 )
 
 Group = OffsetFetchResponse.OffsetFetchResponseGroup
@@ -127,3 +133,69 @@ def test_only_the_collectors_own_requests_are_read_into_columns() -> None:
     # kafka-python's own response class (a proxy to it) is still the one registered
     registered = ResponseClassRegistry._response_class_registry[OffsetFetchResponse.API_KEY]
     assert registered.__name__.startswith(OffsetFetchResponse.__name__)
+
+
+#: Partition lists whose compact lengths take one and two varint bytes, a topic name as long
+#: as Kafka allows (249: a two-byte compact length), a topic of one partition.
+LIST_OFFSETS_TOPICS = {
+    "bench-txn": list(range(200)),
+    "t" * 249: [0, 7, 2**31 - 1],
+    "one": [5],
+}
+
+
+def kafka_pythons_list_offsets(isolation_level: int, timestamp: int) -> ListOffsetsRequest:
+    topic = ListOffsetsRequest.ListOffsetsTopic
+    return ListOffsetsRequest(
+        replica_id=-1,
+        isolation_level=isolation_level,
+        topics=[
+            topic(
+                name=t,
+                partitions=[topic.ListOffsetsPartition(partition_index=p, timestamp=timestamp) for p in ps],
+            )
+            for t, ps in LIST_OFFSETS_TOPICS.items()
+        ],
+    )
+
+
+@pytest.mark.parametrize("isolation_level", [0, 1])
+@pytest.mark.parametrize("version", list(LIST_OFFSETS_VERSIONS))
+def test_a_list_offsets_request_is_the_bytes_kafka_python_writes_header_and_frame_included(
+    version: int, isolation_level: int
+) -> None:
+    ours = list_offsets_request(isolation_level, LIST_OFFSETS_TOPICS, OffsetSpec.LATEST)
+    theirs = kafka_pythons_list_offsets(isolation_level, OffsetSpec.LATEST)
+    for request in (ours, theirs):  # as kafka-python's connection sends a request
+        request.API_VERSION = version
+        request.with_header(correlation_id=4242, client_id="kafka-txn-exporter")
+    assert ours.encode(framed=True, header=True) == theirs.encode(framed=True, header=True)
+    assert ours.header.request_api_version == version
+    assert ours.expect_response()
+
+
+def test_the_written_body_is_the_body_kafka_python_writes_for_any_timestamp() -> None:
+    for timestamp in (OffsetSpec.EARLIEST, OffsetSpec.LATEST, 1_700_000_000_000):
+        theirs = kafka_pythons_list_offsets(1, timestamp)
+        for version in LIST_OFFSETS_VERSIONS:
+            assert encode_list_offsets(version, 1, LIST_OFFSETS_TOPICS, timestamp) == theirs.encode(
+                version=version
+            )
+
+
+def test_a_list_offsets_request_is_negotiated_only_to_a_version_it_writes() -> None:
+    request = list_offsets_request(1, {"t": [0]}, OffsetSpec.LATEST)
+    newer_broker = BrokerVersionData(api_versions={ListOffsetsRequest.API_KEY: (1, 15)})
+    older_broker = BrokerVersionData(api_versions={ListOffsetsRequest.API_KEY: (0, 4)})
+    assert newer_broker.api_version(request) == LIST_OFFSETS_VERSIONS[-1]
+    assert older_broker.api_version(request) == 4
+    request.API_VERSION = 1  # no isolation level: the LSO cannot be asked
+    with pytest.raises(ValueError, match="v1 is not written here"):
+        request.encode(framed=True, header=True)
+
+
+def test_the_answer_to_a_written_request_is_decoded_by_kafka_python() -> None:
+    request = list_offsets_request(1, {"t": [0]}, OffsetSpec.LATEST)
+    request.API_VERSION = 11
+    request.with_header(correlation_id=1, client_id="x")
+    assert request.header.get_response_class() is ListOffsetsResponse[11]
