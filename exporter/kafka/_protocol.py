@@ -174,7 +174,33 @@ class ProtocolClient:
             raise KafkaUnavailable("the admin client is closed")
 
 
-class DecodedBy:
+class _StandIn:
+    """A stand-in for one kafka-python request on the connection: the version the connection
+    negotiates and the header it sets are the wrapped request's; everything else the
+    connection asks (API key, name, min/max versions) is read from it too."""
+
+    def __init__(self, request: Any) -> None:
+        self._request = request
+
+    @property
+    def API_VERSION(self) -> Any:  # noqa: N802 - kafka-python's name
+        return self._request.API_VERSION
+
+    @API_VERSION.setter
+    def API_VERSION(self, version: int) -> None:  # noqa: N802
+        self._request.API_VERSION = version
+
+    def with_header(self, *args: Any, **kwargs: Any) -> None:
+        self._request.with_header(*args, **kwargs)
+
+    def expect_response(self) -> bool:
+        return bool(self._request.expect_response())
+
+    def __getattr__(self, name: str) -> Any:  # API_KEY, name, min/max versions, fields
+        return getattr(self._request, name)
+
+
+class DecodedBy(_StandIn):
     """One kafka-python request whose response, in ``versions``, is handed to ``decode`` (the
     body's bytes, after the response header) instead of kafka-python's decoder: the request
     stands in for the wrapped one on the connection (which negotiates its version, adds the
@@ -185,40 +211,23 @@ class DecodedBy:
     cannot read, which kafka-python reports as a protocol error of that request."""
 
     def __init__(self, request: Any, versions: range, decode: Callable[[bytes], Any]) -> None:
-        self._request = request
+        super().__init__(request)
         self._versions = versions
         self._decode = decode
-
-    @property
-    def API_VERSION(self) -> Any:  # noqa: N802 - kafka-python's name
-        return self._request.API_VERSION
-
-    @API_VERSION.setter
-    def API_VERSION(self, version: int) -> None:  # noqa: N802
-        self._request.API_VERSION = version
 
     @property
     def header(self) -> Any:
         header = self._request.header
         return None if header is None else _DecodingHeader(header, self._versions, self._decode)
 
-    def with_header(self, *args: Any, **kwargs: Any) -> None:
-        self._request.with_header(*args, **kwargs)
-
     def encode(self, *args: Any, **kwargs: Any) -> Any:
         return self._request.encode(*args, **kwargs)
-
-    def expect_response(self) -> bool:
-        return bool(self._request.expect_response())
-
-    def __getattr__(self, name: str) -> Any:  # API_KEY, name, min/max versions, fields
-        return getattr(self._request, name)
 
     def __repr__(self) -> str:
         return repr(self._request)
 
 
-class EncodedBy:
+class EncodedBy(_StandIn):
     """A request whose body we write: it stands in for ``shell``, the same kafka-python
     request with empty arrays, on the connection. The connection negotiates the version
     (within ``shell``'s ``min_version`` and ``max_version``, which must lie in ``versions``)
@@ -228,46 +237,29 @@ class EncodedBy:
     ListOffsets this way."""
 
     def __init__(self, shell: Any, versions: range, encode_body: Callable[[int], bytes]) -> None:
-        self._shell = shell
+        super().__init__(shell)
         self._versions = versions
         self._encode_body = encode_body
 
     @property
-    def API_VERSION(self) -> Any:  # noqa: N802 - kafka-python's name
-        return self._shell.API_VERSION
-
-    @API_VERSION.setter
-    def API_VERSION(self, version: int) -> None:  # noqa: N802
-        self._shell.API_VERSION = version
-
-    @property
     def header(self) -> Any:
-        return self._shell.header
-
-    def with_header(self, *args: Any, **kwargs: Any) -> None:
-        self._shell.with_header(*args, **kwargs)
+        return self._request.header
 
     def encode(self, version: int | None = None, header: bool = False, framed: bool = False) -> bytes:
         if version is not None:
             self.API_VERSION = version
-        version = self._shell.API_VERSION
+        version = self._request.API_VERSION
         if version not in self._versions:
-            raise ValueError(f"{type(self._shell).__name__} v{version} is not written here")
+            raise ValueError(f"{type(self._request).__name__} v{version} is not written here")
         data = self._encode_body(version)
         if header:
-            data = self._shell.encode_header(flexible=self._shell.flexible_version_q(version)) + data
+            data = self._request.encode_header(flexible=self._request.flexible_version_q(version)) + data
         if framed:
             data = _FRAME(len(data)) + data
         return data
 
-    def expect_response(self) -> bool:
-        return bool(self._shell.expect_response())
-
-    def __getattr__(self, name: str) -> Any:  # API_KEY, name, min/max versions
-        return getattr(self._shell, name)
-
     def __repr__(self) -> str:
-        return f"{type(self._shell).__name__}(v{self._shell.API_VERSION}, body written by the exporter)"
+        return f"{type(self._request).__name__}(v{self._request.API_VERSION}, body written by the exporter)"
 
 
 class _DecodingHeader:

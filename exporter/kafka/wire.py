@@ -27,7 +27,7 @@ with its tagged fields (a varint count, then tag, size and bytes each)::
 **ListOffsets requests (v2-v11) from the topics' partition numbers.** Every collection asks
 every partition's latest offset at both isolation levels: at 3000 partitions kafka-python
 built 3000 partition objects (3.4 ms) and encoded them (5.3 ms at v11) for each of the two
-requests, about 17 ms of the ~80 ms of Python a collection takes.
+requests: about 17 ms of the 60-110 ms of Python CPU a collection took.
 :func:`encode_list_offsets` writes the same bytes with one ``struct`` call per partition;
 :class:`exporter.kafka._protocol.EncodedBy` sends them (``tests/unit/test_wire.py`` checks
 them against kafka-python's encoder, header and frame included, at every version). The
