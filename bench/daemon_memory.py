@@ -322,13 +322,15 @@ class VariantResult:
     def warm_cycle_s(self) -> float:
         return statistics.median(self.cycle_seconds[1:]) if len(self.cycle_seconds) > 1 else math.nan
 
+    def rounds_s(self) -> list[float]:
+        """Each round's seconds: its slowest cluster's cycle (all clusters' cycles of a round
+        start together: the round lasts as long as its slowest cycle)."""
+        cycles = list(self.cluster_cycles.values())
+        return [max(c[i] for c in cycles) for i in range(min((len(c) for c in cycles), default=0))]
+
     def round_s(self) -> float:
-        """Median over rounds 2.. of the slowest cluster's cycle (all clusters' cycles of a
-        round start together: the round lasts as long as its slowest cycle)."""
-        rounds = [
-            max(c[i] for c in self.cluster_cycles.values())
-            for i in range(1, min((len(c) for c in self.cluster_cycles.values()), default=0))
-        ]
+        """Median over rounds 2.. of :meth:`rounds_s`."""
+        rounds = self.rounds_s()[1:]
         return statistics.median(rounds) if rounds else math.nan
 
 

@@ -136,8 +136,7 @@ def round_seconds(result: VariantResult) -> float:
 def late_round_seconds(result: VariantResult) -> float:
     """Median over the second half of the run's rounds of the slowest cluster's cycle: the
     engine keeps warming (the JIT) for ten rounds or more, and rounds 2.. include that."""
-    cycles = list(result.cluster_cycles.values())
-    rounds = [max(c[i] for c in cycles) for i in range(min((len(c) for c in cycles), default=0))]
+    rounds = result.rounds_s()
     late = rounds[len(rounds) // 2 :]
     return statistics.median(late) if len(late) >= 2 else math.nan
 

@@ -217,6 +217,8 @@ _OFFSETS_PARTITION = {
     (True, True): struct.Struct(">iiqB").pack,
 }
 _NO_LEADER_EPOCH = -1
+_CONSUMER_REPLICA_ID = -1
+_NO_TIMEOUT_MS = 0
 
 
 def encode_list_offsets(
@@ -224,20 +226,18 @@ def encode_list_offsets(
     isolation_level: int,
     topics: Mapping[str, Sequence[int]],
     timestamp: int,
-    *,
-    replica_id: int = -1,
-    timeout_ms: int = 0,
 ) -> bytes:
     """The body of a ListOffsets request at ``version`` (in :data:`LIST_OFFSETS_VERSIONS`):
     ``timestamp`` (an offset spec such as -1, the latest) for every partition of ``topics``
-    (name -> partition numbers), in their order. ``timeout_ms`` (v10+) is kafka-python's
-    default: the broker waits that long only for offsets in tiered storage."""
+    (name -> partition numbers), in their order, as a consumer asks (replica id -1). The
+    timeout (v10+) is kafka-python's default, 0: the broker waits only for offsets in tiered
+    storage, which a latest offset never is."""
     if version not in LIST_OFFSETS_VERSIONS:
         raise ValueError(f"ListOffsets v{version} is not written here (v2-v{LIST_OFFSETS_VERSIONS[-1]} are)")
     flexible = version >= 6
     epoch = version >= 4
     pack = _OFFSETS_PARTITION[(epoch, flexible)]
-    parts = [_LIST_OFFSETS_HEAD(replica_id, isolation_level), _count(len(topics), flexible)]
+    parts = [_LIST_OFFSETS_HEAD(_CONSUMER_REPLICA_ID, isolation_level), _count(len(topics), flexible)]
     for name, partitions in topics.items():
         parts.append(_name(name, flexible))
         parts.append(_count(len(partitions), flexible))
@@ -249,7 +249,7 @@ def encode_list_offsets(
         else:
             parts.extend(pack(p, timestamp) for p in partitions)
     if version >= 10:
-        parts.append(_PACK_INT32(timeout_ms))
+        parts.append(_PACK_INT32(_NO_TIMEOUT_MS))
     if flexible:
         parts.append(b"\0")
     return b"".join(parts)
