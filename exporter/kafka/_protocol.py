@@ -190,6 +190,10 @@ class _StandIn:
     def API_VERSION(self, version: int) -> None:  # noqa: N802
         self._request.API_VERSION = version
 
+    @property
+    def header(self) -> Any:
+        return self._request.header
+
     def with_header(self, *args: Any, **kwargs: Any) -> None:
         self._request.with_header(*args, **kwargs)
 
@@ -240,10 +244,6 @@ class EncodedBy(_StandIn):
         super().__init__(shell)
         self._versions = versions
         self._encode_body = encode_body
-
-    @property
-    def header(self) -> Any:
-        return self._request.header
 
     def encode(self, version: int | None = None, header: bool = False, framed: bool = False) -> bytes:
         if version is not None:
