@@ -80,7 +80,18 @@ CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 #:   process's start to its first computation's end, 11.0-11.3 s against 11.7-13.0 s with
 #:   verification (3 pairs alternated, bench/results/first_cycle.md). An operator who adds
 #:   jars of their own can turn it back on: ``-XX:+BytecodeVerificationRemote`` in
-#:   ``spark.driver.extraJavaOptions`` comes last and wins.
+#:   ``spark.driver.extraJavaOptions`` comes last and wins;
+#: * the JIT compilers' threads at the lowest priority (nice 19: ``ThreadPriorityPolicy=1``
+#:   lets ``CompilerThreadPriority`` set their nice value; any user may lower a thread's
+#:   priority, only root may raise one, and the JVM warns about that once at start, a line
+#:   :mod:`exporter.logs` keeps at DEBUG). The compilers took half the CPU of the first
+#:   computation; at the lowest priority they compile on a core nothing else wants instead of
+#:   taking it from the threads that plan the first cycle. Nice values weigh threads of one
+#:   cgroup (a container, a systemd service) against each other: the compilers wait for this
+#:   process's own busy threads, not for the node's other work. The daemon's first cycle was
+#:   published after 8.8-10.0 s (median 9.6) against 9.4-12.4 s (median 11.0) without (6
+#:   pairs alternated, bench/results/first_cycle.md); warm cycles, and the CLI's C1-only
+#:   start, measured the same either way.
 LEAN_JVM_OPTIONS: tuple[str, ...] = (
     "-XX:+UseSerialGC",
     "-XX:MaxNewSize=48m",
@@ -94,6 +105,8 @@ LEAN_JVM_OPTIONS: tuple[str, ...] = (
     "-XX:+ExitOnOutOfMemoryError",
     "-XX:+UnlockDiagnosticVMOptions",
     "-XX:-BytecodeVerificationRemote",
+    "-XX:ThreadPriorityPolicy=1",
+    "-XX:CompilerThreadPriority=19",
 )
 
 #: Extra JVM flags for a short-lived session (the CLI's cold fallback): C1 only, which halves

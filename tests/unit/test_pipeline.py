@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
@@ -42,7 +43,7 @@ from exporter.model import (
     WatchedTransaction,
 )
 from exporter.pipeline.compute import FINDINGS_OUTPUTS, ComputeStats, compute
-from exporter.pipeline.session import PLAN_DEFAULTS, compiled_leaf, session_conf
+from exporter.pipeline.session import PLAN_DEFAULTS, compiled_leaf, local_jvm_pid, session_conf
 
 NOW = 1_700_000_000_000
 SEC = 1000
@@ -1148,6 +1149,19 @@ def test_the_embedded_driver_runs_without_verifying_sparks_bytecode(spark: Spark
         jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
     )
     assert bean.getVMOption("BytecodeVerificationRemote").getValue() == "false"
+
+
+def test_the_embedded_drivers_jit_compilers_run_at_the_lowest_priority(spark: SparkSession) -> None:
+    """They compile on an idle core rather than take one from the first cycle's planning."""
+    pid = local_jvm_pid(spark)
+    assert pid is not None
+    nice: dict[str, int] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        stat = (task / "stat").read_text()
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        nice[name] = int(stat.rsplit(")", 1)[1].split()[16])
+    compilers = {name: value for name, value in nice.items() if "CompilerThre" in name}
+    assert compilers and set(compilers.values()) == {19}, compilers
 
 
 def test_a_step_planned_in_the_code_generating_session_is_read_by_the_cycles_session(
