@@ -49,9 +49,6 @@ JVM_START_LINES: tuple[re.Pattern[str], ...] = tuple(
         r"^WARNING: Using incubator modules:",
         r'^Setting default log level to "',
         r"^To adjust logging level use sc\.setLogLevel",
-        # The JIT's threads given the lowest priority (session.LEAN_JVM_OPTIONS) by a user
-        # other than root: lowering a priority needs no permission, raising one does.
-        r"^.* VM warning: -XX:ThreadPriorityPolicy=1 may require",
         # Newer JDKs' notices about Spark's use of sun.misc.Unsafe and native access.
         r"^WARNING: (A terminally deprecated method|sun\.misc\.Unsafe::|Please consider reporting"
         r"|.* will be removed in a future release|A restricted method|java\.lang\.System::load"

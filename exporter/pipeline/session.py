@@ -80,18 +80,7 @@ CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 #:   process's start to its first computation's end, 11.0-11.3 s against 11.7-13.0 s with
 #:   verification (3 pairs alternated, bench/results/first_cycle.md). An operator who adds
 #:   jars of their own can turn it back on: ``-XX:+BytecodeVerificationRemote`` in
-#:   ``spark.driver.extraJavaOptions`` comes last and wins;
-#: * the JIT compilers' threads at the lowest priority (nice 19: ``ThreadPriorityPolicy=1``
-#:   lets ``CompilerThreadPriority`` set their nice value; any user may lower a thread's
-#:   priority, only root may raise one, and the JVM warns about that once at start, a line
-#:   :mod:`exporter.logs` keeps at DEBUG). The compilers took half the CPU of the first
-#:   computation; at the lowest priority they compile on a core nothing else wants instead of
-#:   taking it from the threads that plan the first cycle. Nice values weigh threads of one
-#:   cgroup (a container, a systemd service) against each other: the compilers wait for this
-#:   process's own busy threads, not for the node's other work. The daemon's first cycle was
-#:   published after 8.8-10.0 s (median 9.6) against 9.4-12.4 s (median 11.0) without (6
-#:   pairs alternated, bench/results/first_cycle.md); warm cycles, and the CLI's C1-only
-#:   start, measured the same either way.
+#:   ``spark.driver.extraJavaOptions`` comes last and wins.
 LEAN_JVM_OPTIONS: tuple[str, ...] = (
     "-XX:+UseSerialGC",
     "-XX:MaxNewSize=48m",
@@ -105,13 +94,23 @@ LEAN_JVM_OPTIONS: tuple[str, ...] = (
     "-XX:+ExitOnOutOfMemoryError",
     "-XX:+UnlockDiagnosticVMOptions",
     "-XX:-BytecodeVerificationRemote",
-    "-XX:ThreadPriorityPolicy=1",
-    "-XX:CompilerThreadPriority=19",
 )
 
 #: Extra JVM flags for a short-lived session (the CLI's cold fallback): C1 only, which halves
 #: the JIT's CPU at start-up; the warm daemon keeps the optimising compiler.
 SHORT_LIVED_JVM_OPTIONS: tuple[str, ...] = ("-XX:TieredStopAtLevel=1",)
+
+#: The embedded driver's optimising JIT compiler (C2) runs at the lowest priority, nice 19
+#: (:func:`background_optimiser`). The first cycle is CPU-bound on 2 cores and C2 took a
+#: third of the JVM's CPU there; at nice 19 it compiles on a core the planning threads leave
+#: idle, and the daemon's first cycle was published 0.8-2.2 s sooner (3 pairs alternated).
+#: C1, the quick compiler, keeps its priority: a large round's
+#: generated classes run as bytecode until C1 compiles them (with every compiler at nice 19,
+#: a first round of 20 x 10k partitions took 5.0 s against 3.7 s). Nice values weigh the
+#: threads of one cgroup (a container, a systemd service): C2 waits for this process's own
+#: busy threads, not for the node's other work. Measured: bench/results/first_cycle.md.
+OPTIMISER_THREAD = "C2 CompilerThre"  # its name in /proc, cut at 15 characters
+OPTIMISER_NICE = 19
 
 #: Runtime SQL settings that give a cycle its plan shape, on every deployment (sent to a
 #: Spark Connect server by the client too): every table is one partition
@@ -392,10 +391,27 @@ def launch_driver(conf: Mapping[str, str]) -> None:
             SparkContext._gateway = gateway
             SparkContext._jvm = gateway.jvm
     proc = getattr(gateway, "proc", None)
+    if proc is not None:
+        background_optimiser(proc.pid)
     if proc is not None and proc.stdout is not None:
         threading.Thread(
             target=relay_driver_output, args=(proc.stdout,), name="spark-driver-output", daemon=True
         ).start()
+
+
+def background_optimiser(pid: int) -> int:
+    """Lower the JVM ``pid``'s optimising compiler threads to :data:`OPTIMISER_NICE` (any
+    user may lower a priority); how many it lowered. Without /proc (not Linux), none."""
+    lowered = 0
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                if (task / "comm").read_text().startswith(OPTIMISER_THREAD):
+                    os.setpriority(os.PRIO_PROCESS, int(task.name), OPTIMISER_NICE)
+                    lowered += 1
+    if not lowered:
+        log.debug("the JVM %d's optimising compiler keeps its priority: no thread found", pid)
+    return lowered
 
 
 def relay_driver_output(stream: IO[bytes]) -> None:

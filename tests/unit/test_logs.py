@@ -45,9 +45,6 @@ def _restore_logging() -> Iterator[None]:
         'Setting default log level to "WARN".',
         "To adjust logging level use sc.setLogLevel(newLevel). For SparkR, use setLogLevel(newLevel).",
         "WARNING: A terminally deprecated method in sun.misc.Unsafe has been called",
-        "OpenJDK 64-Bit Server VM warning: -XX:ThreadPriorityPolicy=1 may require system level"
-        " permission, e.g., being the root user. If the necessary permission is not possessed,"
-        " changes to priority will be silently ignored.",
     ],
 )
 def test_the_drivers_start_up_lines_are_debug(line: str) -> None:

@@ -3,6 +3,7 @@ docs/metrics.md. No Kafka broker; one local Spark session for the whole run."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -1151,8 +1152,10 @@ def test_the_embedded_driver_runs_without_verifying_sparks_bytecode(spark: Spark
     assert bean.getVMOption("BytecodeVerificationRemote").getValue() == "false"
 
 
-def test_the_embedded_drivers_jit_compilers_run_at_the_lowest_priority(spark: SparkSession) -> None:
-    """They compile on an idle core rather than take one from the first cycle's planning."""
+def test_the_embedded_drivers_optimising_compiler_runs_at_the_lowest_priority_and_c1_at_its_own(
+    spark: SparkSession,
+) -> None:
+    """C2 compiles on an idle core rather than take one from the first cycle's planning."""
     pid = local_jvm_pid(spark)
     assert pid is not None
     nice: dict[str, int] = {}
@@ -1160,8 +1163,8 @@ def test_the_embedded_drivers_jit_compilers_run_at_the_lowest_priority(spark: Sp
         stat = (task / "stat").read_text()
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
         nice[name] = int(stat.rsplit(")", 1)[1].split()[16])
-    compilers = {name: value for name, value in nice.items() if "CompilerThre" in name}
-    assert compilers and set(compilers.values()) == {19}, compilers
+    assert nice["C2 CompilerThre"] == 19
+    assert nice["C1 CompilerThre"] == nice["VM Thread"] == os.getpriority(os.PRIO_PROCESS, 0)
 
 
 def test_a_step_planned_in_the_code_generating_session_is_read_by_the_cycles_session(

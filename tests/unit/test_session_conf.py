@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from exporter.config import SparkConfig
 from exporter.pipeline.session import (
     CONNECT_PLUGIN,
@@ -9,6 +11,7 @@ from exporter.pipeline.session import (
     LEAN_JVM_OPTIONS,
     PLAN_DEFAULTS,
     SHORT_LIVED_JVM_OPTIONS,
+    background_optimiser,
     session_conf,
 )
 
@@ -70,3 +73,10 @@ def test_the_embedded_driver_does_not_verify_sparks_bytecode_unless_the_operator
     on = "-XX:+BytecodeVerificationRemote"
     asked = SparkConfig(conf={"spark.driver.extraJavaOptions": on})
     assert session_conf(asked)["spark.driver.extraJavaOptions"].split()[-1] == on
+
+
+def test_a_process_without_an_optimising_compiler_keeps_its_priority() -> None:
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    assert background_optimiser(os.getpid()) == 0
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before
+    assert background_optimiser(2**22 + 1) == 0  # above Linux's largest pid: no such process
