@@ -104,11 +104,12 @@ SHORT_LIVED_JVM_OPTIONS: tuple[str, ...] = ("-XX:TieredStopAtLevel=1",)
 #: (:func:`background_optimiser`). The first cycle is CPU-bound on 2 cores and C2 took a
 #: third of the JVM's CPU there; at nice 19 it compiles on a core the planning threads leave
 #: idle, and the daemon's first cycle was published 0.8-2.2 s sooner (3 pairs alternated).
-#: C1, the quick compiler, keeps its priority: a large round's
-#: generated classes run as bytecode until C1 compiles them (with every compiler at nice 19,
-#: a first round of 20 x 10k partitions took 5.0 s against 3.7 s). Nice values weigh the
-#: threads of one cgroup (a container, a systemd service): C2 waits for this process's own
-#: busy threads, not for the node's other work. Measured: bench/results/first_cycle.md.
+#: C1, the quick compiler, keeps its priority: a large round's generated classes run as
+#: bytecode until C1 compiles them (with every compiler at nice 19, a first round of 20 x 10k
+#: partitions took 5.0 s against 3.7 s). Nice values weigh the threads of one cgroup (a
+#: container, a systemd service): C2 waits for this process's own busy threads, not for the
+#: node's other work. The CLI's short-lived driver runs C1 alone: nothing to lower there.
+#: Measured: bench/results/first_cycle.md.
 OPTIMISER_THREAD = "C2 CompilerThre"  # its name in /proc, cut at 15 characters
 OPTIMISER_NICE = 19
 
@@ -410,7 +411,7 @@ def background_optimiser(pid: int) -> int:
                     os.setpriority(os.PRIO_PROCESS, int(task.name), OPTIMISER_NICE)
                     lowered += 1
     if not lowered:
-        log.debug("the JVM %d's optimising compiler keeps its priority: no thread found", pid)
+        log.debug("the JVM %d runs no optimising compiler thread to lower", pid)
     return lowered
 
 
