@@ -177,16 +177,25 @@ class Context:
         self._kept: list[DataFrame] = []
         self._scope: tuple[int, ...] | None = None
         self._reads: frozenset[str] | None = None
-        self._base = self
+        #: The round's own context, of which this one is a view; None in the round's own. Never
+        #: itself: a context holding itself is a reference cycle, and Python frees a cycle only
+        #: at its next full collection, so every round's snapshots, remembered rows and JVM
+        #: handles outlived the round (a daemon at 1M partitions holds ~3 KiB a partition).
+        self._base: Context | None = None
 
     def within(self, scope: Sequence[int], reads: Sequence[str]) -> Context:
         """A view for one family: the round's clusters at the positions ``scope``, and only
         the tables the family declares it reads (``reads``: any other is an error)."""
         view = object.__new__(Context)
         view.__dict__.update(self.__dict__)
+        view._base = self._round
         view._scope = None if len(scope) == len(self.runs) else tuple(scope)
         view._reads = frozenset(reads)
         return view
+
+    @property
+    def _round(self) -> Context:
+        return self if self._base is None else self._base
 
     def _in_scope(self, frame: DataFrame) -> DataFrame:
         if self._scope is None:
@@ -217,7 +226,7 @@ class Context:
 
     def shared(self, key: str, build: Callable[[Context], DataFrame]) -> DataFrame:
         """A frame several families read, built once over the whole round."""
-        base = self._base
+        base = self._round
         if key not in base._shared:
             base._shared[key] = build(base)
         return self._in_scope(base._shared[key])
@@ -226,7 +235,7 @@ class Context:
         """``spark.sql(query, **frames)``, the frames kept until the round is done: on Spark
         Connect the statement's result names them on the server, where a checkpoint among them
         is released as soon as the last client object naming it goes."""
-        self._base._kept.extend(frames.values())
+        self._round._kept.extend(frames.values())
         args: dict[str, Any] = dict(frames)
         return self.spark.sql(query, **args)
 
