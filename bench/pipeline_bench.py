@@ -41,11 +41,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
 from jvmstat import KINDS, cpu_delta, thread_cpu
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from exporter.config import SparkConfig
+from exporter.daemon.heap import lean_heap, trim
 from exporter.model import (
     TWO_PHASE_COMMIT_TIMEOUT_MS,
     BatchTimestamp,
@@ -218,6 +220,7 @@ def bench(spark: SparkSession, partitions: int, runs: int) -> Figures:
         now = NOW + (i + 1) * 30_000
         result = compute(spark, snap, settings, previous.memory, now, stats=stats)
         times.append(time.perf_counter() - t)
+        trim()
         previous = result
     return Figures(
         partitions=partitions,
@@ -333,12 +336,15 @@ def fleet(spark: SparkSession, clusters: int, partitions: int, runs: int) -> Fle
     # (session.LARGE_ROUND_PARTITIONS): ~150 generated classes in the first, ~100 more in the
     # second, then a handful a round.
     one_round(NOW)
+    trim()
     one_round(NOW + 30_000)
+    trim()
     times, outcome = [], None
     for i in range(runs):
         started = time.perf_counter()
         outcome = one_round(NOW + (i + 2) * 30_000)
         times.append(time.perf_counter() - started)
+        trim()  # as the daemon does after each round, untimed as there
     assert outcome is not None
     python_rss, jvm_rss = _rss_mb(os.getpid()), sum(_rss_mb(pid) for pid in _jvm_pids())
     started = time.perf_counter()
@@ -357,6 +363,10 @@ def fleet(spark: SparkSession, clusters: int, partitions: int, runs: int) -> Fle
 
 
 def main() -> None:
+    # The daemon's own heap (``kafka-txn-exporter run`` sets it first): two malloc arenas,
+    # Arrow on the system allocator, freed pages given back after each computation. Without
+    # it the RSS figures were the bench's allocator, not the daemon's.
+    lean_heap()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     parser.add_argument("--runs", type=int, default=3, help="warm runs per size")
@@ -426,6 +436,7 @@ def main() -> None:
             f"{r.python_rss_mb:>9.0f} {r.jvm_rss_mb:>10.0f}"
         )
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"Arrow's memory pool: {pa.default_memory_pool().backend_name} (the daemon's: system)")
     print("\nwhere a warm run's time goes (ComputeStats.seconds of the last run, largest first):")
     for r in rows:
         top = sorted(r.steps.items(), key=lambda kv: -kv[1])[:6]
