@@ -365,8 +365,10 @@ def fleet(spark: SparkSession, clusters: int, partitions: int, runs: int) -> Fle
 def main() -> None:
     # The daemon's own heap (``kafka-txn-exporter run`` sets it first): two malloc arenas,
     # Arrow on the system allocator, freed pages given back after each computation. Without
-    # it the RSS figures were the bench's allocator, not the daemon's.
+    # it the RSS figures were the bench's allocator, not the daemon's. pyarrow is imported
+    # already here, so its pool is set by call rather than by lean_heap's variable.
     lean_heap()
+    pa.set_memory_pool(pa.system_memory_pool())
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     parser.add_argument("--runs", type=int, default=3, help="warm runs per size")
