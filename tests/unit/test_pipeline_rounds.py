@@ -68,8 +68,8 @@ def test_a_round_holds_each_cluster_once(spark: SparkSession) -> None:
 
 def test_a_rounds_inputs_are_freed_when_it_ends_not_at_the_next_full_collection(spark: SparkSession) -> None:
     """Nothing of ours is in a reference cycle after a round (its context held itself once):
-    the snapshots and remembered rows of a round go when it returns, without the cycle
-    collector, which at a million partitions runs rarely and takes its time."""
+    the snapshots and remembered rows of a round go when it returns, not at the cycle
+    collector's next full collection."""
     runs = [_hanging_cluster("a"), _ongoing_cluster("b")]
     compute_round(spark, runs)  # a first round: whatever Spark caches once is cached
     gc.collect()
