@@ -103,8 +103,8 @@ SHORT_LIVED_JVM_OPTIONS: tuple[str, ...] = ("-XX:TieredStopAtLevel=1",)
 #: The embedded driver's optimising JIT compiler (C2) runs at the lowest priority, nice 19
 #: (:func:`background_optimiser`). The first cycle is CPU-bound on 2 cores and C2 took a
 #: third of the JVM's CPU there; at nice 19 it compiles on a core the planning threads leave
-#: idle: the daemon's first cycle was published after 12.4 s against 13.1 s (medians of 6
-#: pairs alternated on a busy host, sooner in 4 of them).
+#: idle: the daemon's first cycle was published after 12.2 s against 13.2 s (medians of 11
+#: pairs alternated on a shared host, sooner in 8 of them).
 #: C1, the quick compiler, keeps its priority: a large round's generated classes run as
 #: bytecode until C1 compiles them (with every compiler at nice 19, a first round of 20 x 10k
 #: partitions took 5.0 s against 3.7 s). Nice values weigh the threads of one cgroup (a
