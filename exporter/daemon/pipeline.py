@@ -28,6 +28,7 @@ Supervision, what :class:`PipelineRunner` guarantees:
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -219,7 +220,8 @@ class PipelineRunner:
             else:
                 from exporter.pipeline.rounds import compute_round
 
-                self._round = compute_round
+                # A round failing as the session is torn down (stop) ends there, quietly.
+                self._round = functools.partial(compute_round, stopping=self._stopped.is_set)
         return self._round
 
     # --- start ---------------------------------------------------------------------------

@@ -15,7 +15,8 @@ one, and a family that fails costs only its own outputs: they are empty, its mem
 previous cycle's, and it is named in ``CycleResult.failed_families`` (counted by the daemon
 per cluster and family). Only when the classification itself fails (every other result rests
 on it) is the cluster's cycle a failure (:attr:`RoundResult.failures`). A round whose jobs were
-cancelled (the daemon's deadline interrupts them) is not computed again: it raises.
+cancelled (the daemon's deadline interrupts them), or that fails while its caller is stopping
+(the session is being torn down under it), is not computed again: it raises, and logs nothing.
 
 This is the contract between the daemon and the pipeline; how a round is planned is the
 pipeline's business.
@@ -24,7 +25,7 @@ pipeline's business.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
@@ -60,10 +61,16 @@ class _ClusterFailedError(Exception):
 
 
 def compute_round(
-    spark: SparkSession, runs: Sequence[ClusterRun], *, outputs: frozenset[str] = OUTPUT_TABLES
+    spark: SparkSession,
+    runs: Sequence[ClusterRun],
+    *,
+    outputs: frozenset[str] = OUTPUT_TABLES,
+    stopping: Callable[[], bool] = lambda: False,
 ) -> RoundResult:
     """Every cluster of ``runs`` (distinct cluster names) computed on ``spark``, in one Spark
-    action unless the round fails (see the module's doc)."""
+    action unless the round fails (see the module's doc). ``stopping``: true once the caller
+    is stopping; a failure from then on ends the round."""
+    ended = _Ended(stopping)
     names = [r.cluster for r in runs]
     if len(set(names)) != len(names):
         raise ValueError("a round holds each cluster once")
@@ -78,7 +85,7 @@ def compute_round(
                 results={r.cluster: together[i] for i, r in enumerate(runs)}, failures={}, stats=stats
             )
         except Exception as e:
-            _raise_if_cancelled(e)
+            ended.raise_if(e)
             log.warning(
                 "a round of %d clusters failed (%s); computing each cluster alone", len(runs), _line(e)
             )
@@ -86,9 +93,9 @@ def compute_round(
     failures: dict[str, str] = {}
     for run in runs:
         try:
-            results[run.cluster] = _alone(spark, run, outputs, stats)
+            results[run.cluster] = _alone(spark, run, outputs, stats, ended)
         except Exception as e:  # one cluster's failure is its own
-            _raise_if_cancelled(e)
+            ended.raise_if(e)
             failures[run.cluster] = _line(
                 e.__cause__ if isinstance(e, _ClusterFailedError) and e.__cause__ else e
             )
@@ -96,12 +103,14 @@ def compute_round(
     return RoundResult(results=results, failures=failures, stats=stats)
 
 
-def _alone(spark: SparkSession, run: ClusterRun, outputs: frozenset[str], stats: ComputeStats) -> CycleResult:
+def _alone(
+    spark: SparkSession, run: ClusterRun, outputs: frozenset[str], stats: ComputeStats, ended: _Ended
+) -> CycleResult:
     """One cluster's cycle: in one action, else family by family."""
     try:
         return assemble_round([run], collect_round(spark, [run], outputs, stats), outputs)[0]
     except Exception as e:
-        _raise_if_cancelled(e)
+        ended.raise_if(e)
         log.warning(
             "cycle of cluster %s failed (%s); computing its families one by one", run.cluster, _line(e)
         )
@@ -114,7 +123,7 @@ def _alone(spark: SparkSession, run: ClusterRun, outputs: frozenset[str], stats:
         try:
             collected.add(collect_round(spark, [run], outputs, stats, only=family.name))
         except Exception as e:
-            _raise_if_cancelled(e)
+            ended.raise_if(e)
             log.warning("cluster %s: the %s family failed: %s", run.cluster, family.name, _line(e))
             if family.essential:
                 raise _ClusterFailedError(family.name) from e
@@ -122,12 +131,22 @@ def _alone(spark: SparkSession, run: ClusterRun, outputs: frozenset[str], stats:
     return assemble_round([run], collected, outputs, frozenset(failed))[0]
 
 
-def _raise_if_cancelled(error: Exception) -> None:
-    """Jobs cancelled from outside (the daemon's deadline interrupts a run by its tag) end
-    the round: computing it again would only run past the deadline."""
-    text = str(error).lower()
-    if "cancelled" in text or "canceled" in text or "interrupted" in text:
-        raise error
+@dataclass(frozen=True, slots=True)
+class _Ended:
+    """When a failure ends the round rather than being the failing cluster's or family's own."""
+
+    stopping: Callable[[], bool]
+
+    def raise_if(self, error: Exception) -> None:
+        """Raise ``error`` when the caller is stopping (its session torn down under the round:
+        every later job would fail too, and say nothing about the clusters), or when the jobs
+        were cancelled from outside (the daemon's deadline interrupts a run by its tag:
+        computing again would only run past the deadline)."""
+        if self.stopping():
+            raise error
+        text = str(error).lower()
+        if "cancelled" in text or "canceled" in text or "interrupted" in text:
+            raise error
 
 
 def _line(error: BaseException) -> str:

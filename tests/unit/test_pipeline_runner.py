@@ -4,6 +4,7 @@ tests/integration/test_spark_supervision.py."""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from pathlib import Path
@@ -241,6 +242,51 @@ def test_stop_releases_a_caller_waiting_on_a_run() -> None:
         assert isinstance(outcome[0], PipelineUnavailableError)
     finally:
         hold.set()
+
+
+def test_a_round_failing_as_the_pipeline_stops_ends_quietly_and_is_not_computed_again(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ctrl-C during a round tears the session down under its action, which then fails. That
+    failure says nothing about the clusters: no cluster is computed again alone or family by
+    family, and nothing is logged after the stop (the pipeline's own round, not a stand-in)."""
+    from exporter.daemon.pipeline import PipelineUnavailableError
+    from exporter.pipeline import rounds
+
+    hold = threading.Event()
+    entered = threading.Event()
+    attempts: list[str | None] = []
+
+    def torn_down(*_: Any, only: str | None = None, **__: Any) -> Any:
+        attempts.append(only)
+        entered.set()
+        hold.wait(60)
+        raise RuntimeError("An error occurred while calling o3914.getResult.")
+
+    monkeypatch.setattr(rounds, "collect_round", torn_down)
+    r = PipelineRunner(SparkConfig(), PipelineSettings(), session=StandInSession(), interval_s=2.0)
+    outcome: list[BaseException] = []
+
+    def cycle() -> None:
+        try:
+            r.compute_round(round_of("a", "b"))
+        except BaseException as e:
+            outcome.append(e)
+
+    caller = threading.Thread(target=cycle)
+    caller.start()
+    try:
+        assert entered.wait(30)
+        r.stop()
+        caller.join(30)
+        assert isinstance(outcome[0], PipelineUnavailableError)
+    finally:
+        hold.set()
+    for thread in threading.enumerate():
+        if thread.name == "pipeline-round":
+            thread.join(30)
+    assert attempts == [None]
+    assert [rec.getMessage() for rec in caplog.records if rec.levelno >= logging.WARNING] == []
 
 
 # --- rounds: the same supervision for a round of several clusters ---------------------------
