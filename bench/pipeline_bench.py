@@ -17,7 +17,9 @@ resident memory (the Python process and, in local mode, the JVM it started).
 seed), computed as ONE round (:func:`exporter.pipeline.rounds.compute_round`: one plan, one
 action) and, in the same run, cluster by cluster (a loop of ``compute``: one plan per
 cluster, the design before rounds): seconds per round, the per-cluster share, and the RSS
-after the round.
+after the round. The timed rounds come after ``--fleet-warmup`` untimed ones, once the JIT
+has settled (a daemon computes its fleet every interval for days); the early rounds (the
+third and fourth of a fleet, which were the timed ones before) are printed beside them.
 
 "Warm" is the few runs after a size's first: what the daemon's first minutes look like. The
 JIT keeps compiling Spark's analyser and optimiser for many cycles after that (thousands of
@@ -92,8 +94,12 @@ def synthetic_snapshot(partitions: int, seed: int = 7, cluster: str = "bench") -
     described: list[TransactionDescription] = []
     batches: list[BatchTimestamp] = []
     next_pid = 1000
+    # One name object per topic, held by each of its partitions' records, as in a collected
+    # snapshot (the offsets take a topic's name from the metadata, the producers from each
+    # response's topic); a new string per record added ~60 bytes a record.
+    names = [f"topic-{t}" for t in range(-(-partitions // PARTITIONS_PER_TOPIC))]
     for i in range(partitions):
-        topic, p = f"topic-{i // PARTITIONS_PER_TOPIC}", i % PARTITIONS_PER_TOPIC
+        topic, p = names[i // PARTITIONS_PER_TOPIC], i % PARTITIONS_PER_TOPIC
         leader = 1 + i % BROKERS
         hw = rng.randrange(0, 10_000_000)
         if rng.random() >= PRODUCER_SHARE:
@@ -303,21 +309,30 @@ def steady(spark: SparkSession, partitions: int, cycles: int, runs: int) -> Stea
 class Fleet:
     clusters: int
     partitions: int
-    #: Seconds of the warm rounds (median) and of one loop of compute() over the same fleet.
+    #: Seconds of the timed rounds after the warm-up (median) and of one loop of compute()
+    #: over the same fleet.
     round_s: float
     loop_s: float
     actions: int
     python_rss_mb: float
     jvm_rss_mb: float
+    #: Seconds of each untimed round before the timed ones, in order.
+    warmup_s: list[float]
 
     @property
     def share_s(self) -> float:
         return self.round_s / self.clusters
 
+    @property
+    def early_round_s(self) -> float:
+        """The third and fourth rounds (median): the JIT still at work."""
+        return statistics.median(self.warmup_s[2:4] or self.warmup_s[-1:])
 
-def fleet(spark: SparkSession, clusters: int, partitions: int, runs: int) -> Fleet:
-    """A round of ``clusters`` synthetic clusters (two first rounds, then ``runs`` timed ones,
-    memory carried), and the same fleet computed cluster by cluster (one loop, timed)."""
+
+def fleet(spark: SparkSession, clusters: int, partitions: int, runs: int, warmup: int) -> Fleet:
+    """A round of ``clusters`` synthetic clusters (``warmup`` untimed rounds, at least two,
+    then ``runs`` timed ones, memory carried), and the same fleet computed cluster by cluster
+    (one loop, timed)."""
     snaps = [synthetic_snapshot(partitions, seed=7 + i, cluster=f"bench-{i}") for i in range(clusters)]
     settings = PipelineSettings()
     memory: dict[str, PipelineMemory | None] = {s.cluster: None for s in snaps}
@@ -331,25 +346,25 @@ def fleet(spark: SparkSession, clusters: int, partitions: int, runs: int) -> Fle
         memory.update({name: result.memory for name, result in outcome.results.items()})
         return outcome
 
-    # Two rounds before the timed ones: the first without memory, the second the first with
-    # it. Each plans shapes of its own for the first time, and a large round compiles them
+    # Untimed rounds first. The first has no memory, the second is the first with it: each
+    # plans shapes of its own for the first time, and a large round compiles them
     # (session.LARGE_ROUND_PARTITIONS): ~150 generated classes in the first, ~100 more in the
-    # second, then a handful a round.
-    one_round(NOW)
-    trim()
-    one_round(NOW + 30_000)
-    trim()
-    times, outcome = [], None
-    for i in range(runs):
+    # second, then a handful a round. The JIT goes on compiling Spark's planner for a few
+    # rounds more: at 20 x 10k in a fresh process, 8.0, 3.9, 2.6, 2.2, 2.1, 1.9 s, then
+    # 1.6-2.1 s.
+    warmup_s: list[float] = []
+    times: list[float] = []
+    outcome: RoundResult | None = None
+    for i in range(max(2, warmup) + runs):
         started = time.perf_counter()
-        outcome = one_round(NOW + (i + 2) * 30_000)
-        times.append(time.perf_counter() - started)
+        outcome = one_round(NOW + i * 30_000)
+        (warmup_s if i < max(2, warmup) else times).append(time.perf_counter() - started)
         trim()  # as the daemon does after each round, untimed as there
     assert outcome is not None
     python_rss, jvm_rss = _rss_mb(os.getpid()), sum(_rss_mb(pid) for pid in _jvm_pids())
     started = time.perf_counter()
     for s in snaps:
-        compute(spark, s, settings, memory[s.cluster], NOW + (runs + 2) * 30_000)
+        compute(spark, s, settings, memory[s.cluster], NOW + (max(2, warmup) + runs) * 30_000)
     loop_s = time.perf_counter() - started
     return Fleet(
         clusters=clusters,
@@ -359,6 +374,7 @@ def fleet(spark: SparkSession, clusters: int, partitions: int, runs: int) -> Fle
         actions=outcome.stats.actions,
         python_rss_mb=python_rss,
         jvm_rss_mb=jvm_rss,
+        warmup_s=warmup_s,
     )
 
 
@@ -404,7 +420,13 @@ def main() -> None:
     parser.add_argument(
         "--fleet-partitions", type=int, default=10_000, help="partitions per cluster of a fleet"
     )
-    parser.add_argument("--fleet-runs", type=int, default=2, help="timed rounds per fleet (after a first)")
+    parser.add_argument("--fleet-runs", type=int, default=3, help="timed rounds per fleet (median)")
+    parser.add_argument(
+        "--fleet-warmup",
+        type=int,
+        default=6,
+        help="untimed rounds per fleet before the timed ones (at least 2)",
+    )
     parser.add_argument("--skip-sizes", action="store_true", help="only the fleet (and the steady state)")
     args = parser.parse_args()
 
@@ -416,7 +438,9 @@ def main() -> None:
     spark = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").create() if port else server
     try:
         rows = [] if args.skip_sizes else [bench(spark, n, args.runs) for n in args.sizes]
-        fleets = [fleet(spark, n, args.fleet_partitions, args.fleet_runs) for n in args.fleet]
+        fleets = [
+            fleet(spark, n, args.fleet_partitions, args.fleet_runs, args.fleet_warmup) for n in args.fleet
+        ]
         settled = (
             steady(spark, args.steady_size, args.steady_cycles, args.steady_runs)
             if args.steady_cycles > 0 and not args.connect
@@ -460,17 +484,23 @@ def main() -> None:
     if fleets:
         print(
             f"\nfleet: {args.fleet_partitions} partitions per cluster, one round (one plan, one action) "
-            "beside the same fleet cluster by cluster (a loop of compute)"
+            "beside the same fleet cluster by cluster (a loop of compute); round_s: median of "
+            f"{args.fleet_runs} round(s) after {max(2, args.fleet_warmup)} untimed, early_s: the "
+            "third and fourth rounds"
         )
         print(
-            f"{'clusters':>8} {'round_s':>8} {'share_s':>8} {'actions':>7} {'loop_s':>8} "
-            f"{'loop_share_s':>12} {'py_rss_mb':>9} {'jvm_rss_mb':>10}"
+            f"{'clusters':>8} {'round_s':>8} {'share_s':>8} {'early_s':>8} {'early_share':>11} "
+            f"{'actions':>7} {'loop_s':>8} {'loop_share_s':>12} {'py_rss_mb':>9} {'jvm_rss_mb':>10}"
         )
         for f in fleets:
             print(
-                f"{f.clusters:>8} {f.round_s:>8.2f} {f.share_s:>8.3f} {f.actions:>7} {f.loop_s:>8.2f} "
+                f"{f.clusters:>8} {f.round_s:>8.2f} {f.share_s:>8.3f} {f.early_round_s:>8.2f} "
+                f"{f.early_round_s / f.clusters:>11.3f} {f.actions:>7} {f.loop_s:>8.2f} "
                 f"{f.loop_s / f.clusters:>12.3f} {f.python_rss_mb:>9.0f} {f.jvm_rss_mb:>10.0f}"
             )
+        for f in fleets:
+            rounds = ", ".join(f"{t:.2f}" for t in f.warmup_s)
+            print(f"  {f.clusters} clusters, the untimed rounds (s): {rounds}")
         print(f"driver memory: {args.driver_memory}; load average at the end: {os.getloadavg()[0]:.1f}")
     print()
     name = "pipeline_connect" if args.connect else "pipeline"
@@ -481,6 +511,7 @@ def main() -> None:
         where = f"{f.clusters}x{f.partitions}"
         print(f"FIGURE\t{name}_fleet_round_s@{where}\t{f.round_s:.4g}")
         print(f"FIGURE\t{name}_fleet_share_s@{where}\t{f.share_s:.4g}")
+        print(f"FIGURE\t{name}_fleet_early_share_s@{where}\t{f.early_round_s / f.clusters:.4g}")
         print(f"FIGURE\t{name}_fleet_loop_share_s@{where}\t{f.loop_s / f.clusters:.4g}")
         print(f"FIGURE\t{name}_fleet_rss_mib@{where}\t{f.python_rss_mb + f.jvm_rss_mb:.4g}")
     if settled is not None:
