@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -224,24 +225,33 @@ def test_stop_releases_a_caller_waiting_on_a_run() -> None:
         raise RuntimeError("never reached in time")
 
     r = runner(compute, pipeline_timeout_ms=600_000)
+    outcome = stopped_while_running(r, lambda: r.compute(snapshot("c"), None, 0), entered, hold)
+    assert isinstance(outcome, PipelineUnavailableError)
+
+
+def stopped_while_running(
+    r: PipelineRunner, call: Callable[[], Any], entered: threading.Event, hold: threading.Event
+) -> BaseException | None:
+    """``call`` on a caller thread, ``r`` stopped once its run has ``entered``, then the run
+    let go (``hold``): what the caller got, which must come back without the run."""
     outcome: list[BaseException] = []
 
-    def cycle() -> None:
+    def caller_run() -> None:
         try:
-            r.compute(snapshot("c"), None, 0)
+            call()
         except BaseException as e:
             outcome.append(e)
 
-    caller = threading.Thread(target=cycle)
+    caller = threading.Thread(target=caller_run)
     caller.start()
     try:
         assert entered.wait(30)
         r.stop()
         caller.join(30)
         assert not caller.is_alive()
-        assert isinstance(outcome[0], PipelineUnavailableError)
     finally:
         hold.set()
+    return outcome[0] if outcome else None
 
 
 def test_a_round_failing_as_the_pipeline_stops_ends_quietly_and_is_not_computed_again(
@@ -265,23 +275,8 @@ def test_a_round_failing_as_the_pipeline_stops_ends_quietly_and_is_not_computed_
 
     monkeypatch.setattr(rounds, "collect_round", torn_down)
     r = PipelineRunner(SparkConfig(), PipelineSettings(), session=StandInSession(), interval_s=2.0)
-    outcome: list[BaseException] = []
-
-    def cycle() -> None:
-        try:
-            r.compute_round(round_of("a", "b"))
-        except BaseException as e:
-            outcome.append(e)
-
-    caller = threading.Thread(target=cycle)
-    caller.start()
-    try:
-        assert entered.wait(30)
-        r.stop()
-        caller.join(30)
-        assert isinstance(outcome[0], PipelineUnavailableError)
-    finally:
-        hold.set()
+    outcome = stopped_while_running(r, lambda: r.compute_round(round_of("a", "b")), entered, hold)
+    assert isinstance(outcome, PipelineUnavailableError)
     for thread in threading.enumerate():
         if thread.name == "pipeline-round":
             thread.join(30)
