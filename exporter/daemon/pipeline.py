@@ -16,7 +16,8 @@ Supervision, what :class:`PipelineRunner` guarantees:
   cluster's slow or failing run never delays another's.
 * **Stop is bounded**: :meth:`PipelineRunner.stop` tries a clean stop for
   :data:`STOP_GRACE_S` and then kills the JVM, so SIGTERM ends the process in seconds even with
-  a hung JVM.
+  a hung JVM. A round that fails because its session is being stopped ends there, without a
+  word: its clusters are not computed again one by one.
 * **Health**: :meth:`PipelineRunner.health` is unhealthy when pipeline runs were attempted and
   none succeeded for ``spark.unhealthy_after_intervals`` intervals (plus the start timeout
   before the first success), or when ``spark.unhealthy_after_failed_starts`` starts failed in
