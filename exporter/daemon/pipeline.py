@@ -467,6 +467,9 @@ class PipelineRunner:
             raise PipelineTimeoutError(f"pipeline run for {what} passed its deadline of {timeout:.0f} s")
         error = box.get("error")
         if error is not None:
+            if self._stopped.is_set():
+                # Failed as its session was torn down: the stop's doing, not the run's.
+                raise PipelineUnavailableError("the pipeline is stopping") from error
             with self._lock:
                 self._mark_failure_locked()
             if not self._alive(spark):

@@ -229,11 +229,37 @@ def test_stop_releases_a_caller_waiting_on_a_run() -> None:
     assert isinstance(outcome, PipelineUnavailableError)
 
 
+def test_a_run_failing_as_the_pipeline_stops_is_the_stops_doing_not_a_failure_of_its_own() -> None:
+    """The stop tears the session down and the run fails at once, before its caller looked
+    again: the caller hears that the pipeline is stopping, as when the run was still going
+    (the daemon logs that in one line; a failure of the run is logged with its traceback)."""
+    from exporter.daemon.pipeline import PipelineUnavailableError
+
+    hold = threading.Event()
+    entered = threading.Event()
+
+    def compute(*_: Any) -> CycleResult:
+        entered.set()
+        hold.wait(60)
+        raise RuntimeError("SparkContext.dagScheduler() is null")
+
+    r = runner(compute, pipeline_timeout_ms=600_000)
+    call = lambda: r.compute(snapshot("c"), None, 0)  # noqa: E731
+    outcome = stopped_while_running(r, call, entered, hold, fails_at_stop=True)
+    assert isinstance(outcome, PipelineUnavailableError)
+
+
 def stopped_while_running(
-    r: PipelineRunner, call: Callable[[], Any], entered: threading.Event, hold: threading.Event
+    r: PipelineRunner,
+    call: Callable[[], Any],
+    entered: threading.Event,
+    hold: threading.Event,
+    *,
+    fails_at_stop: bool = False,
 ) -> BaseException | None:
-    """``call`` on a caller thread, ``r`` stopped once its run has ``entered``, then the run
-    let go (``hold``): what the caller got, which must come back without the run."""
+    """``call`` on a caller thread, ``r`` stopped once its run has ``entered``; the run is let
+    go (``hold``) once the caller is back, or at once (``fails_at_stop``, as a run fails
+    when its session is torn down). What the caller got."""
     outcome: list[BaseException] = []
 
     def caller_run() -> None:
@@ -247,6 +273,8 @@ def stopped_while_running(
     try:
         assert entered.wait(30)
         r.stop()
+        if fails_at_stop:
+            hold.set()
         caller.join(30)
         assert not caller.is_alive()
     finally:
