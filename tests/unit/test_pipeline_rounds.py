@@ -194,6 +194,50 @@ def test_a_cluster_whose_input_fails_the_round_fails_alone_and_a_failing_family_
     assert result.findings
 
 
+def _calls_into_the_jvm(spark: SparkSession, runs: list[ClusterRun], monkeypatch: pytest.MonkeyPatch) -> int:
+    """The py4j calls (commands that call a JVM method) of one round over ``runs``."""
+    from py4j import clientserver
+
+    calls = 0
+    send = clientserver.ClientServerConnection.send_command
+
+    def counted(self: Any, command: str, *args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += command.startswith("c\n")
+        return send(self, command, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(clientserver.ClientServerConnection, "send_command", counted)
+        outcome = compute_round(spark, runs)
+    assert not outcome.failures
+    return calls
+
+
+def test_a_rounds_plan_takes_as_many_calls_into_the_jvm_for_twelve_clusters_as_for_four(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fleet's four clusters (every per-cluster setting differs, so each is an array of
+    the clusters' values, and the consumer-group family runs for some clusters only), and
+    the same three times over: building the plan costs the same calls into the JVM. Each
+    call is a round trip that waits on the JVM, so a cost per cluster would grow the fixed
+    part of every round with the fleet (issue 37: a setting's array built of a literal per
+    cluster took a few round trips per cluster)."""
+
+    def fleet(copies: int) -> list[ClusterRun]:
+        runs = []
+        for k in range(copies):
+            for name in FLEET:
+                run = _run(name, 1, None)
+                own = f"{name}-{k}"
+                runs.append(replace(run, snapshot=replace(run.snapshot, cluster=own), now_ms=run.now_ms + k))
+        return runs
+
+    compute_round(spark, fleet(1))  # the first round of a shape loads what it needs once
+    compute_round(spark, fleet(3))
+    twelve = _calls_into_the_jvm(spark, fleet(3), monkeypatch)
+    assert twelve == _calls_into_the_jvm(spark, fleet(1), monkeypatch)
+
+
 def test_a_round_of_one_is_one_action_like_a_cycle(spark: SparkSession) -> None:
     run = _run("rich", 1, None)
     stats = ComputeStats()

@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from exporter.config.groups import BUILTIN_RULES, AttributionRule, java_pattern
 from exporter.model import ApplicationTransactions
-from exporter.pipeline.families.base import Assembly, Context, Family, Output, Parts
+from exporter.pipeline.families.base import Assembly, Context, Family, Output, Parts, cluster_in
 from exporter.pipeline.tables import CLUSTER, records_of
 
 #: The application label of a transaction no rule attributes (or whose id is unknown).
@@ -66,7 +66,7 @@ def round_application_column(ctx: Context, transactional_id: Column) -> Column:
     chosen: Column | None = None
     for rules, clusters in by_rules.items():
         applied = application_column(transactional_id, rules)
-        picks = F.col(CLUSTER).isin(*clusters)
+        picks = cluster_in(clusters)
         chosen = F.when(picks, applied) if chosen is None else chosen.when(picks, applied)
     assert chosen is not None
     return chosen

@@ -200,7 +200,7 @@ class Context:
     def _in_scope(self, frame: DataFrame) -> DataFrame:
         if self._scope is None:
             return frame
-        return frame.where(F.col(CLUSTER).isin(*self._scope))
+        return frame.where(cluster_in(self._scope))
 
     def __getitem__(self, name: str) -> DataFrame:
         self._check_reads(name)
@@ -251,12 +251,22 @@ class Context:
         generated code writes a number literal into its source, so a clock made every round
         compile its classes again and run them interpreted until the JIT caught up; an array
         is handed to the compiled class as an object, and the next round finds the class in
-        Spark's cache."""
+        Spark's cache.
+
+        The array is written as SQL text (:func:`_sql_array`), parsed in one call into the
+        JVM: built of ``F.lit`` columns, it took a few py4j round trips per cluster, for each
+        of the round's dozen settings. Strings are not written into text: their array holds
+        each distinct string once, and the cluster's index into it is the text."""
         values = [of(r) for r in self.runs]
         first = values[0]
         if all(v == first for v in values) and not self.large:
             return F.lit(first) if first is not None else F.lit(None).cast(kind)
-        return F.array(*(F.lit(v) for v in values)).cast(f"array<{kind}>")[F.col(CLUSTER)]
+        numbers = [v for v in values if v is None or isinstance(v, int)]
+        if len(numbers) == len(values):
+            return F.expr(f"{_sql_array(numbers, kind)}[{CLUSTER}]")
+        distinct = list(dict.fromkeys(values))
+        index = _sql_array([distinct.index(v) for v in values], "int")
+        return F.array(*(F.lit(v) for v in distinct)).cast(f"array<{kind}>")[F.expr(f"{index}[{CLUSTER}]")]
 
     def sql_value(self, of: Callable[[ClusterRun], int | bool]) -> str:
         """:meth:`value` in SQL text (integers and booleans only: nothing else is written
@@ -273,10 +283,28 @@ def _rows_at(
     return rows(runs[at])
 
 
+def cluster_in(positions: Sequence[int]) -> Column:
+    """True on the rows of the clusters at ``positions`` of the round. SQL text: one call
+    into the JVM, where ``isin`` takes a few per cluster."""
+    return F.expr(f"{CLUSTER} IN ({', '.join(str(int(i)) for i in positions)})")
+
+
 def _sql_literal(value: int | bool) -> str:
     if isinstance(value, bool):
         return "TRUE" if value else "FALSE"
     return f"CAST({int(value)} AS BIGINT)"
+
+
+def _sql_array(values: Sequence[int | bool | None], kind: str) -> str:
+    """``values`` as the SQL text of an ``array<kind>`` literal (a None is a null element).
+    Integers are BIGINT literals (``7L``), not each a ``CAST``: a classic session analyses
+    the plan beneath every DataFrame step, and a cast per cluster for each setting made a
+    round of 100 clusters slower."""
+    items = (
+        "NULL" if v is None else ("TRUE" if v else "FALSE") if isinstance(v, bool) else f"{int(v)}L"
+        for v in values
+    )
+    return f"CAST(array({', '.join(items)}) AS array<{kind}>)"
 
 
 def first_per_cluster(frame: DataFrame, limit: Column, *order: Column | str) -> DataFrame:
