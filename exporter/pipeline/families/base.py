@@ -271,10 +271,11 @@ class Context:
     def sql_value(self, of: Callable[[ClusterRun], int | bool]) -> str:
         """:meth:`value` in SQL text (integers and booleans only: nothing else is written
         into a statement)."""
-        values = [_sql_literal(of(r)) for r in self.runs]
-        if len(set(values)) == 1 and not self.large:
-            return values[0]
-        return f"array({', '.join(values)})[{CLUSTER}]"
+        values = [of(r) for r in self.runs]
+        texts = [_sql_literal(v) for v in values]
+        if len(set(texts)) == 1 and not self.large:
+            return texts[0]
+        return f"{_sql_array(values, 'boolean' if isinstance(values[0], bool) else 'bigint')}[{CLUSTER}]"
 
 
 def _rows_at(
@@ -290,20 +291,17 @@ def cluster_in(positions: Sequence[int]) -> Column:
 
 
 def _sql_literal(value: int | bool) -> str:
+    """An integer as a BIGINT literal (``7L``), a boolean as TRUE or FALSE. Not a ``CAST``
+    each: a classic session analyses the plan beneath every DataFrame step, and a cast per
+    cluster for each setting made a round of 100 clusters slower."""
     if isinstance(value, bool):
         return "TRUE" if value else "FALSE"
-    return f"CAST({int(value)} AS BIGINT)"
+    return f"{int(value)}L"
 
 
 def _sql_array(values: Sequence[int | bool | None], kind: str) -> str:
-    """``values`` as the SQL text of an ``array<kind>`` literal (a None is a null element).
-    Integers are BIGINT literals (``7L``), not each a ``CAST``: a classic session analyses
-    the plan beneath every DataFrame step, and a cast per cluster for each setting made a
-    round of 100 clusters slower."""
-    items = (
-        "NULL" if v is None else ("TRUE" if v else "FALSE") if isinstance(v, bool) else f"{int(v)}L"
-        for v in values
-    )
+    """``values`` as the SQL text of an ``array<kind>`` literal (a None is a null element)."""
+    items = ("NULL" if v is None else _sql_literal(v) for v in values)
     return f"CAST(array({', '.join(items)}) AS array<{kind}>)"
 
 
