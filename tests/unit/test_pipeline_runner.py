@@ -212,27 +212,14 @@ def test_spark_supervision_keys_are_validated() -> None:
     assert "spark.pipeline_timeout: must be at least 1000 ms" in text
 
 
-def test_stop_releases_a_caller_waiting_on_a_run() -> None:
-    """A cycle waiting for its run never holds the process's exit up to the deadline."""
-    from exporter.daemon.pipeline import PipelineUnavailableError
-
-    hold = threading.Event()
-    entered = threading.Event()
-
-    def compute(*_: Any) -> CycleResult:
-        entered.set()
-        hold.wait(60)
-        raise RuntimeError("never reached in time")
-
-    r = runner(compute, pipeline_timeout_ms=600_000)
-    outcome = stopped_while_running(r, lambda: r.compute(snapshot("c"), None, 0), entered, hold)
-    assert isinstance(outcome, PipelineUnavailableError)
-
-
-def test_a_run_failing_as_the_pipeline_stops_is_the_stops_doing_not_a_failure_of_its_own() -> None:
-    """The stop tears the session down and the run fails at once, before its caller looked
-    again: the caller hears that the pipeline is stopping, as when the run was still going
-    (the daemon logs that in one line; a failure of the run is logged with its traceback)."""
+@pytest.mark.parametrize("fails_at_stop", [False, True], ids=["run-goes-on", "run-fails-at-once"])
+def test_stop_releases_a_caller_waiting_on_a_run_and_tells_it_the_pipeline_is_stopping(
+    fails_at_stop: bool,
+) -> None:
+    """A cycle waiting for its run never holds the process's exit up to the deadline. When
+    the stop tears the session down, the run may also fail at once, before its caller looked
+    again: the caller hears that the pipeline is stopping either way (the daemon logs that in
+    one line; a failure of the run would be logged with its traceback)."""
     from exporter.daemon.pipeline import PipelineUnavailableError
 
     hold = threading.Event()
@@ -245,7 +232,7 @@ def test_a_run_failing_as_the_pipeline_stops_is_the_stops_doing_not_a_failure_of
 
     r = runner(compute, pipeline_timeout_ms=600_000)
     call = lambda: r.compute(snapshot("c"), None, 0)  # noqa: E731
-    outcome = stopped_while_running(r, call, entered, hold, fails_at_stop=True)
+    outcome = stopped_while_running(r, call, entered, hold, fails_at_stop=fails_at_stop)
     assert isinstance(outcome, PipelineUnavailableError)
 
 
