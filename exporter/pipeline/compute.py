@@ -34,7 +34,7 @@ from exporter.pipeline.families.base import Assembly, ClusterRun, Context, Famil
 from exporter.pipeline.families.classification import FAMILY as CLASSIFICATION
 from exporter.pipeline.families.classification import classified_frame, listing_incomplete
 from exporter.pipeline.session import LARGE_ROUND_PARTITIONS, large_round
-from exporter.pipeline.tables import Handover, one_partition
+from exporter.pipeline.tables import Handover
 
 __all__ = [
     "FINDINGS_OUTPUTS",
@@ -164,7 +164,7 @@ def collect_round(
         readers = sum(len(selected) for f, selected in planned if f.classified)
         if readers and any(CLASSIFICATION.applies(run) for run in runs):
             classified = classified_frame(ctx)
-            ctx.classified = _shared(classified, stats) if readers > 1 else classified
+            ctx.classified = _shared(ctx, classified, stats) if readers > 1 else classified
         out: dict[str, tuple[Sequence[Any], DataFrame]] = {}
         for family, selected in planned:
             view = ctx.within(scopes[family.name], family.reads)
@@ -176,10 +176,11 @@ def collect_round(
     return Collected(rows, {f.name: frozenset(scopes[f.name]) for f, _ in planned})
 
 
-def _shared(frame: DataFrame, st: ComputeStats) -> DataFrame:
+def _shared(ctx: Context, frame: DataFrame, st: ComputeStats) -> DataFrame:
     """A frame several outputs of the round read, made one leaf of the round's plan: a lazy
     local checkpoint (``localCheckpoint(eager=False)``), computed once inside the round's one
-    action and kept in the driver's block manager until the frame is collected.
+    action and kept in the driver's block manager until the action has run
+    (``Context.checkpoint``).
 
     A classic session analyses every DataFrame step eagerly over the whole plan beneath it:
     with the classification (nine joins and a window) under each of the dozen output steps,
@@ -196,7 +197,7 @@ def _shared(frame: DataFrame, st: ComputeStats) -> DataFrame:
 
     Building the leaf plans the classification; the time is recorded as ``checkpoint``."""
     started = time.perf_counter()
-    pinned = one_partition(frame.localCheckpoint(eager=False))
+    pinned = ctx.checkpoint(frame)
     st.seconds["checkpoint"] = time.perf_counter() - started
     return pinned
 

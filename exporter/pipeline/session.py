@@ -69,6 +69,11 @@ CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 #:   compiled once: see LOCAL_DEFAULTS and compiled_leaf);
 #: * two JIT compiler threads (a 2-core pod), 512 KiB thread stacks (Spark starts ~60 threads,
 #:   and its cached pools add one per broadcast or block removal, idle ones ending after 60 s);
+#: * no cache of large temporary direct buffers: a thread doing I/O from a heap buffer (a
+#:   socket that serves a round's result to Python, a file) copies it through a direct
+#:   buffer, which the JDK keeps for that thread at the size of its largest I/O so far. At
+#:   1M partitions those were ~25-35 MiB of native memory (NMT "Other": 47-60 MiB, 25 with
+#:   the cap); above 256 KiB a buffer is now freed after its I/O;
 #: * exit on OutOfMemoryError: a JVM in that state is useless; the daemon's supervision
 #:   notices the death and starts a new session;
 #: * no bytecode verification of the classpath's classes (Spark's jars from the pyspark
@@ -91,6 +96,7 @@ LEAN_JVM_OPTIONS: tuple[str, ...] = (
     "-XX:MaxMetaspaceSize=256m",
     "-XX:CICompilerCount=2",
     "-Xss512k",
+    "-Djdk.nio.maxCachedBufferSize=262144",
     "-XX:+ExitOnOutOfMemoryError",
     "-XX:+UnlockDiagnosticVMOptions",
     "-XX:-BytecodeVerificationRemote",

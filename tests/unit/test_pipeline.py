@@ -44,6 +44,7 @@ from exporter.model import (
     WatchedTransaction,
 )
 from exporter.pipeline.compute import FINDINGS_OUTPUTS, ComputeStats, compute
+from exporter.pipeline.families.base import Context
 from exporter.pipeline.session import PLAN_DEFAULTS, compiled_leaf, local_jvm_pid, session_conf
 
 NOW = 1_700_000_000_000
@@ -1118,9 +1119,9 @@ def test_the_classification_puts_each_rule_in_the_plan_once(
     seen: list[DataFrame] = []
     shared = pipeline._shared
 
-    def keep(frame: DataFrame, st: ComputeStats) -> DataFrame:
+    def keep(ctx: Context, frame: DataFrame, st: ComputeStats) -> DataFrame:
         seen.append(frame)
-        return shared(frame, st)
+        return shared(ctx, frame, st)
 
     monkeypatch.setattr(pipeline, "_shared", keep)
     compute(spark, legit_snapshot(), AT_ONCE, None, NOW)
@@ -1150,6 +1151,26 @@ def test_the_embedded_driver_runs_without_verifying_sparks_bytecode(spark: Spark
         jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
     )
     assert bean.getVMOption("BytecodeVerificationRemote").getValue() == "false"
+
+
+def test_the_embedded_driver_keeps_no_large_temporary_buffer_after_its_io(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A 4 MiB write from a heap buffer goes through a direct buffer of that size, which the
+    JDK would keep for the writing thread: the driver frees it once written."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    pools = jvm.java.lang.management.ManagementFactory.getPlatformMXBeans(
+        jvm.java.lang.Class.forName("java.lang.management.BufferPoolMXBean")
+    )
+    direct = next(pool for pool in pools if pool.getName() == "direct")
+    before = direct.getMemoryUsed()
+    channel = jvm.java.io.RandomAccessFile(str(tmp_path / "written"), "rw").getChannel()
+    try:
+        assert channel.write(jvm.java.nio.ByteBuffer.allocate(4 << 20)) == 4 << 20
+    finally:
+        channel.close()
+    assert direct.getMemoryUsed() - before < 1 << 20
 
 
 def test_the_embedded_drivers_optimising_compiler_runs_at_the_lowest_priority_and_c1_at_its_own(

@@ -33,7 +33,7 @@ from exporter.columns import Column as TableColumn
 from exporter.columns import columns_of
 from exporter.config.groups import BUILTIN_RULES, AttributionRule, GroupsConfig
 from exporter.model import ClusterSnapshot, PipelineMemory, PipelineSettings
-from exporter.pipeline.tables import CLUSTER, Handover, RoundSource, Tables
+from exporter.pipeline.tables import CLUSTER, Handover, RoundSource, Tables, one_partition
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +230,18 @@ class Context:
         if key not in base._shared:
             base._shared[key] = build(base)
         return self._in_scope(base._shared[key])
+
+    def checkpoint(self, frame: DataFrame) -> DataFrame:
+        """``frame`` as a lazy local checkpoint of one partition, released when the round's
+        action has run (``tables.Handover.checkpoint``)."""
+        if self.handover is None:
+            return one_partition(frame.localCheckpoint(eager=False))
+        return self.handover.checkpoint(frame)
+
+    def keep(self, checkpoint: DataFrame) -> DataFrame:
+        """A checkpoint made elsewhere (``session.compiled_leaf``), released when the round's
+        action has run (``tables.Handover.keep``)."""
+        return checkpoint if self.handover is None else self.handover.keep(checkpoint)
 
     def sql(self, query: str, **frames: DataFrame) -> DataFrame:
         """``spark.sql(query, **frames)``, the frames kept until the round is done: on Spark

@@ -134,7 +134,7 @@ def _aggregated(ctx: Context) -> DataFrame:
         )
         return _per_topic(joined, per_partition)
 
-    return one_partition(compiled_leaf(ctx.spark, step))
+    return one_partition(ctx.keep(compiled_leaf(ctx.spark, step)))
 
 
 def _per_topic(joined: DataFrame, per_partition: Any) -> DataFrame:

@@ -31,7 +31,7 @@ def partition_frame(ctx: Context) -> DataFrame:
 
 def _kept_if_large(ctx: Context) -> DataFrame:
     frame = _partition_frame(ctx)
-    return one_partition(frame.localCheckpoint(eager=False)) if ctx.large else frame
+    return ctx.checkpoint(frame) if ctx.large else frame
 
 
 def _partition_frame(ctx: Context) -> DataFrame:
