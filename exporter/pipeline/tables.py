@@ -8,10 +8,10 @@ in one place and always read by name. Python ``int`` is a Spark ``long``, ``str`
 tuple and set fields are not columns (a record that needs one flattens it into a table of
 its own, as :data:`SNAPSHOT_TABLES` does for a transaction's partitions).
 
-Rows go in as columnar Arrow tables handed to ``spark.createDataFrame(arrow, schema)``: the
-JVM reads the batches directly and no Python worker is ever started (an empty table too:
-``createDataFrame([])`` would make a Python RDD, scanned by Python workers). The same
-code runs on a classic session and on Spark Connect.
+Rows go in as columnar Arrow tables (:func:`in_plan`): the JVM reads the batches directly
+and no Python worker is ever started (an empty table too: ``createDataFrame([])`` would
+make a Python RDD, scanned by Python workers). The same code runs on a classic session and
+on Spark Connect.
 
 Such a frame is a ``LocalRelation``: its rows are part of the plan, and Spark's analyser and
 optimiser walk and hash every row of it in each of their rules. That is free for a hundred
@@ -43,6 +43,7 @@ from __future__ import annotations
 import functools
 import logging
 import operator
+import os
 import shutil
 import tempfile
 import typing
@@ -111,9 +112,35 @@ def frame_of(
     table = arrow_of(record, rows)
     if handover is not None:
         return handover.frame(table, schema_of(record))
-    # Empty tables go through Arrow too: ``createDataFrame([])`` (and ``emptyDataFrame``)
-    # would make a Python RDD, whose scan starts Python worker processes.
-    return one_partition(spark.createDataFrame(table, schema_of(record)))
+    return one_partition(in_plan(spark, table, schema_of(record)))
+
+
+def in_plan(spark: SparkSession, table: pa.Table, schema: StructType) -> DataFrame:
+    """The Arrow table as a DataFrame whose rows are in its plan (a ``LocalRelation``), of
+    the session's schema ``schema`` (the table's columns, in order, of its Arrow types).
+
+    On a classic session the table goes to the driver as an Arrow stream file, which the
+    JVM reads into the relation at once (two calls into the JVM). That is what
+    ``spark.createDataFrame(table, schema)`` does too, after ~30 more calls that read
+    session settings and convert the schema: 6.5 ms a table against 3.5, for the dozen
+    small tables of every computation (bench/results/fleet.md). On Spark Connect, and on a
+    classic session whose driver takes data only over an encrypted socket
+    (``spark.io.encryption.enabled``), ``createDataFrame`` itself.
+
+    Empty tables go through Arrow too: ``createDataFrame([])`` (and ``emptyDataFrame``)
+    would make a Python RDD, whose scan starts Python worker processes."""
+    jvm = getattr(spark, "_jvm", None)
+    context = getattr(spark, "_sc", None)
+    if jvm is None or context is None or getattr(context, "_encryption_enabled", True):
+        return spark.createDataFrame(table, schema)
+    fd, path = tempfile.mkstemp(prefix="kte-rows-", suffix=".arrows", dir=getattr(context, "_temp_dir", None))
+    try:
+        with open(fd, "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        batches = jvm.PythonSQLUtils.readArrowStreamFromFile(path)  # read before it returns
+    finally:
+        os.unlink(path)
+    return DataFrame(jvm.PythonSQLUtils.toDataFrame(batches, schema.json(), spark._jsparkSession), spark)
 
 
 def one_partition(frame: DataFrame) -> DataFrame:
@@ -189,13 +216,17 @@ class Handover:
         if self._first and table.num_rows >= FILE_MIN_ROWS and self._jvm is not None:
             _READERS_STARTED.add(self._jvm)  # the next computation hands its tables over as files
         if table.num_rows < self._min_rows:
-            return one_partition(spark.createDataFrame(table, schema))
+            return one_partition(in_plan(spark, table, schema))
         if not self._files:
-            return self.checkpoint(one_partition(spark.createDataFrame(table, schema)))
+            return self.checkpoint(one_partition(in_plan(spark, table, schema)))
         if self._dir is None:
             self._dir = tempfile.mkdtemp(prefix="kte-inputs-")
         path = f"{self._dir}/{uuid.uuid4().hex}.parquet"
-        pq.write_table(table, path, compression="none")
+        # Plain values, no statistics: the file lives for one computation, and its readers
+        # read every row. A dictionary and statistics per column cost Python the time to
+        # build them and the JVM the time to decode the dictionary's bit-packed indices (64
+        # of 575 JVM samples in a profile of 20 x 10k rounds: bench/results/fleet.md).
+        pq.write_table(table, path, compression="none", use_dictionary=False, write_statistics=False)
         return one_partition(spark.read.schema(schema).parquet(path))
 
     def checkpoint(self, frame: DataFrame) -> DataFrame:
@@ -456,7 +487,7 @@ class Tables:
         if self._handover is not None:
             frame = self._handover.frame(table, schema, session=session)
         else:
-            frame = one_partition(session.createDataFrame(table, schema))
+            frame = one_partition(in_plan(session, table, schema))
         return frame
 
     def put(self, name: str, frame: DataFrame) -> None:

@@ -13,12 +13,20 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from exporter.config.groups import GroupsConfig
-from exporter.model import ClusterSnapshot, CycleResult, GroupOffset, PartitionOffsets, PipelineSettings
+from exporter.model import (
+    ClusterSnapshot,
+    CycleResult,
+    Finding,
+    GroupOffset,
+    PartitionOffsets,
+    PipelineSettings,
+)
 from exporter.pipeline import tables
 from exporter.pipeline.compute import compute
 from exporter.pipeline.session import FILE_MIN_ROWS_CONF
 from exporter.pipeline.tables import Handover
 from tests.unit.test_pipeline import NOW, described, listed, offsets, producer, snapshot
+from tests.unit.test_pipeline_tables import _finding
 
 pytestmark = pytest.mark.spark
 
@@ -194,3 +202,41 @@ def test_a_cluster_master_keeps_small_tables_in_the_plan_and_checkpoints_large_o
         createDataFrame=_in_plan,
     )
     assert _frames(on_cluster, (2, 3)) == [("in plan", 2), ("checkpoint", "in plan", 3)]
+
+
+def _calls_into_the_jvm(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every command Python sends the JVM from now on (not the finalizer's deletions)."""
+    from py4j import clientserver
+
+    sent: list[str] = []
+    send = clientserver.ClientServerConnection.send_command
+
+    def counted(self: Any, command: str, *args: Any, **kwargs: Any) -> Any:
+        if not command.startswith("m\nd\n"):
+            sent.append(command)
+        return send(self, command, *args, **kwargs)
+
+    monkeypatch.setattr(clientserver.ClientServerConnection, "send_command", counted)
+    return sent
+
+
+@pytest.mark.parametrize("rows", [0, 3], ids=["empty", "three rows"])
+def test_a_small_table_enters_the_plan_in_two_calls_to_the_jvm_with_the_rows_create_data_frame_gives(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch, rows: int
+) -> None:
+    records = [_finding(p, transactional_id=None if p == 1 else f"app-{p}", late=p == 2) for p in range(rows)]
+    table = tables.keyed_arrow(Finding, [records])
+    schema = tables.keyed_schema(Finding)
+    temp = spark.sparkContext._temp_dir
+    assert temp is not None
+    sent = _calls_into_the_jvm(monkeypatch)
+
+    frame = tables.in_plan(spark, table, schema)
+
+    assert len(sent) == 2
+    monkeypatch.undo()
+    assert frame._jdf.queryExecution().analyzed().getClass().getSimpleName() == "LocalRelation"
+    assert frame.schema == schema
+    assert frame.collect() == spark.createDataFrame(table, schema).collect()
+    assert len(frame.collect()) == rows
+    assert not [name for name in os.listdir(temp) if name.startswith("kte-rows-")]

@@ -80,6 +80,7 @@ from exporter.pipeline.tables import (
     UNREACHED_LIMIT,
     Handover,
     build_side,
+    in_plan,
     keyed,
     keyed_arrow,
     keyed_schema,
@@ -416,7 +417,7 @@ def _txns(ctx: Context) -> DataFrame:
     if classified is not None:
         return classified
     empty = keyed_arrow(Finding, [])
-    return one_partition(ctx.spark.createDataFrame(empty, keyed_schema(Finding)))
+    return one_partition(in_plan(ctx.spark, empty, keyed_schema(Finding)))
 
 
 def _frames(ctx: Context, selected: frozenset[str]) -> dict[str, DataFrame]:
