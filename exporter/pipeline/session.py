@@ -491,6 +491,7 @@ LOOKED_UP_ONCE: Mapping[str, str] = {
     "functions": "org.apache.spark.sql.functions",
     "PythonUtils": "org.apache.spark.api.python.PythonUtils",
     "PythonSQLUtils": "org.apache.spark.sql.api.python.PythonSQLUtils",
+    "ClassicSparkSession": "org.apache.spark.sql.classic.SparkSession",
 }
 
 

@@ -120,7 +120,10 @@ def in_plan(spark: SparkSession, table: pa.Table, schema: StructType) -> DataFra
     the session's schema ``schema`` (the table's columns, in order, of its Arrow types).
 
     On a classic session the table goes to the driver as an Arrow stream file, which the
-    JVM reads into the relation at once (two calls into the JVM). That is what
+    JVM reads into the relation at once: three calls into the JVM, the first making
+    ``spark`` the active session of the JVM thread that serves this Python thread (the
+    rows' conversion reads its settings; on a thread without one, Spark's defaults: code
+    generation on, and a code cache of 100 classes if it is the JVM's first). That is what
     ``spark.createDataFrame(table, schema)`` does too, after ~30 more calls that read
     session settings and convert the schema: 6.5 ms a table against 3.5, for the dozen
     small tables of every computation (bench/results/fleet.md). On Spark Connect, and on a
@@ -137,6 +140,7 @@ def in_plan(spark: SparkSession, table: pa.Table, schema: StructType) -> DataFra
     try:
         with open(fd, "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table)
+        getattr(jvm, "org.apache.spark.sql.classic.SparkSession").setActiveSession(spark._jsparkSession)
         batches = jvm.PythonSQLUtils.readArrowStreamFromFile(path)  # read before it returns
     finally:
         os.unlink(path)

@@ -221,7 +221,7 @@ def _calls_into_the_jvm(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 @pytest.mark.parametrize("rows", [0, 3], ids=["empty", "three rows"])
-def test_a_small_table_enters_the_plan_in_two_calls_to_the_jvm_with_the_rows_create_data_frame_gives(
+def test_a_small_table_enters_the_plan_in_three_calls_to_the_jvm_with_the_rows_create_data_frame_gives(
     spark: SparkSession, monkeypatch: pytest.MonkeyPatch, rows: int
 ) -> None:
     records = [_finding(p, transactional_id=None if p == 1 else f"app-{p}", late=p == 2) for p in range(rows)]
@@ -229,14 +229,36 @@ def test_a_small_table_enters_the_plan_in_two_calls_to_the_jvm_with_the_rows_cre
     schema = tables.keyed_schema(Finding)
     temp = spark.sparkContext._temp_dir
     assert temp is not None
+    tables.in_plan(spark, table, schema)  # the static methods' first lookups (session.LOOKED_UP_ONCE)
     sent = _calls_into_the_jvm(monkeypatch)
 
     frame = tables.in_plan(spark, table, schema)
 
-    assert len(sent) == 2
+    assert len(sent) == 3
     monkeypatch.undo()
     assert frame._jdf.queryExecution().analyzed().getClass().getSimpleName() == "LocalRelation"
     assert frame.schema == schema
     assert frame.collect() == spark.createDataFrame(table, schema).collect()
     assert len(frame.collect()) == rows
     assert not [name for name in os.listdir(temp) if name.startswith("kte-rows-")]
+
+
+def test_a_small_table_is_converted_with_its_sessions_settings_from_any_thread(spark: SparkSession) -> None:
+    """The JVM thread serving a new Python thread has no active session: there the rows'
+    conversion would read Spark's defaults (code generation on; the JVM's code cache sized
+    100 if it is its first use)."""
+    import threading
+
+    table = tables.keyed_arrow(Finding, [[_finding(0)]])
+    active: list[bool] = []
+
+    def convert() -> None:
+        tables.in_plan(spark, table, tables.keyed_schema(Finding))
+        jvm: Any = spark._jvm
+        here = getattr(jvm, "org.apache.spark.sql.classic.SparkSession").getActiveSession()
+        active.append(bool(here.isDefined()) and bool(here.get().equals(spark._jsparkSession)))
+
+    thread = threading.Thread(target=convert)
+    thread.start()
+    thread.join(timeout=60)
+    assert active == [True]
