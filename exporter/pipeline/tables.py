@@ -123,7 +123,8 @@ def in_plan(spark: SparkSession, table: pa.Table, schema: StructType) -> DataFra
     JVM reads into the relation at once: three calls into the JVM, the first making
     ``spark`` the active session of the JVM thread that serves this Python thread (the
     rows' conversion reads its settings; on a thread without one, Spark's defaults: code
-    generation on, and a code cache of 100 classes if it is the JVM's first). That is what
+    generation on, and, if it is the JVM's first compilation, most likely a code cache of
+    100 classes instead of 500: bench/results/fleet.md). That is what
     ``spark.createDataFrame(table, schema)`` does too, after ~30 more calls that read
     session settings and convert the schema: 6.5 ms a table against 3.5, for the dozen
     small tables of every computation (bench/results/fleet.md). On Spark Connect, and on a
